@@ -1,0 +1,122 @@
+"""Command line: ``python -m gpucurate run|demo``. Logs and progress go to stderr, data to files."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from .errors import GpucurateError
+
+log = logging.getLogger("gpucurate")
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML config file (see configs/default.yaml)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override one config key (repeatable), e.g. --set fuzzy.threshold=0.85")
+    p.add_argument("--backend", choices=["auto", "cpu", "gpu"], help="compute backend (run.backend)")
+    p.add_argument("--scheduler", metavar="ADDRESS", help="attach to a running Dask scheduler (run.scheduler)")
+    p.add_argument("--workers", type=int, help="threads of the in-process scheduler (run.workers)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpucurate", description="Find and annotate exact and near-duplicate "
+                                     "documents in large text collections.")
+    parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logs on stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="deduplicate input files into an annotated output directory")
+    run.add_argument("--input", "-i", nargs="+", required=True, metavar="PATH",
+                     help="JSON Lines (.jsonl, .jsonl.gz, .jsonl.zst) or Parquet files, globs or directories")
+    run.add_argument("--output", "-o", required=True, metavar="DIR", help="output directory")
+    _add_run_options(run)
+
+    demo = sub.add_parser("demo", help="generate a multilingual sample corpus and deduplicate it")
+    demo.add_argument("--output", "-o", default="demo-output", metavar="DIR",
+                      help="output directory (default: demo-output); the corpus is written to DIR/input")
+    demo.add_argument("--docs", type=int, default=3000, help="documents to generate (default 3000)")
+    demo.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+    _add_run_options(demo)
+    return parser
+
+
+def _overrides(args) -> list[str]:
+    out = list(args.overrides)
+    if args.backend:
+        out.append(f"run.backend={args.backend}")
+    if args.scheduler:
+        out.append(f"run.scheduler={args.scheduler}")
+    if args.workers:
+        out.append(f"run.workers={args.workers}")
+    if args.no_progress:
+        out.append("run.progress=false")
+    return out
+
+
+def print_summary(summary: dict, output: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(stderr=True)
+    t = Table(title=f"gpucurate: {summary['documents_in']:,} documents -> {summary['documents_kept']:,} kept")
+    for col in ("stage", "documents in", "dropped", "remaining", "time (s)"):
+        t.add_column(col, justify="right" if col != "stage" else "left")
+    st, times = summary["stages"], summary["timings_s"]
+    n = st["input"]["documents"]
+    t.add_row("read+normalize", f"{n:,}", "0", f"{n:,}", f"{times.get('read+normalize', 0):.2f}")
+    t.add_row("exact", f"{n:,}", f"{st['exact']['duplicates']:,}", f"{st['exact']['remaining']:,}",
+              f"{times.get('exact', 0):.2f}")
+    fz = st["fuzzy"]
+    if fz.get("enabled"):
+        t.add_row(f"fuzzy (b={fz['bands']} r={fz['rows']})", f"{st['exact']['remaining']:,}",
+                  f"{fz['duplicates']:,}", f"{fz['remaining']:,}", f"{times.get('fuzzy', 0):.2f}")
+    t.add_row("write", "", "", "", f"{times.get('write', 0):.2f}")
+    console.print(t)
+    console.print(f"{summary['wall_time_s']:.2f} s wall, {summary['docs_per_s']:,.0f} docs/s; "
+                  f"skipped {len(summary['skipped'])} file(s)/row(s); output in {output}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    level = logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("numba", "fsspec", "asyncio"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        from .pipeline import run
+        if args.command == "demo":
+            from pathlib import Path
+            from .demo import write_demo_corpus
+            # the demo owns DIR/input and DIR/result and rewrites both on every call
+            out = Path(args.output)
+            corpus_dir = out / "input"
+            corpus_dir.mkdir(parents=True, exist_ok=True)
+            files = write_demo_corpus(str(corpus_dir), n_docs=args.docs, seed=args.seed, n_shards=3, fmt="jsonl.gz")
+            log.info("wrote a %d-document demo corpus to %s", args.docs, corpus_dir)
+            overrides = ["input.timestamp_field=timestamp", "output.overwrite=true"] + _overrides(args)
+            summary = run(files, out / "result", config=args.config, overrides=overrides)
+            print_summary(summary, str(out / "result"))
+            return 0
+        summary = run(args.input, args.output, config=args.config, overrides=_overrides(args))
+        print_summary(summary, args.output)
+        return 0
+    except GpucurateError as err:
+        print(f"gpucurate: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("gpucurate: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug: one line by default, the traceback with -v
+        if args.verbose:
+            raise
+        first = (str(exc).strip().splitlines() or [""])[0]
+        print(f"gpucurate: internal error: {type(exc).__name__}: {first} (rerun with -v for the traceback)",
+              file=sys.stderr)
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

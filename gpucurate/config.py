@@ -1,0 +1,249 @@
+"""Typed configuration: dataclasses with validated fields, loaded from YAML and ``--set`` overrides.
+
+The dataclass defaults are the defaults; ``configs/default.yaml`` lists them for reading (a test keeps
+the two equal). Every key can be overridden as ``section.key=value`` where the value is parsed as YAML.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from .errors import ConfigError
+
+
+def _choice(default, *choices):
+    return field(default=default, metadata={"choices": choices})
+
+
+@dataclass
+class InputConfig:
+    """Where the records' fields are and what to do with bad input."""
+
+    text_field: str = "text"
+    #: column holding the user's document id; null -> ids are generated as ``<file>:<line or row>``
+    id_field: Optional[str] = "id"
+    #: column used by ``canonical.policy: earliest`` (ISO-8601 strings, datetimes or epoch seconds)
+    timestamp_field: Optional[str] = None
+    format: str = _choice("auto", "auto", "jsonl", "parquet")
+    #: error: stop at the first bad file/row; skip: process the rest and list what was skipped in summary.json
+    on_error: str = _choice("error", "error", "skip")
+    #: error: fail on a repeated id; suffix: rename the repeats ``<id>#dup<N>`` (original kept in ``source_id``)
+    on_duplicate_id: str = _choice("error", "error", "suffix")
+    #: invalid UTF-8 in JSON Lines: strict (an error for that row) or replace (U+FFFD, counted in summary.json)
+    encoding_errors: str = _choice("strict", "strict", "replace")
+    #: target size of one partition of uncompressed JSON Lines (bytes) and of Parquet (rows)
+    partition_bytes: int = 64 * 1024 * 1024
+    partition_rows: int = 250_000
+
+
+@dataclass
+class NormalizeConfig:
+    """Text normalization applied before hashing (never to the stored text)."""
+
+    nfkc: bool = True
+    lowercase: bool = True
+    collapse_whitespace: bool = True
+    #: remove Unicode punctuation (P*) characters before hashing
+    strip_punctuation: bool = False
+    #: regular expressions (RE2 syntax) whose matches are removed before hashing, e.g. cookie banners
+    boilerplate_patterns: list = field(default_factory=list)
+
+
+@dataclass
+class ExactConfig:
+    enabled: bool = True
+
+
+@dataclass
+class FuzzyConfig:
+    """MinHash + LSH near-duplicate detection with exact-Jaccard verification."""
+
+    enabled: bool = True
+    #: word: k consecutive words; char: n consecutive characters (for scripts without spaces)
+    shingle: str = _choice("word", "word", "char")
+    ngram: int = 5
+    num_perm: int = 128
+    seed: int = 42
+    threshold: float = 0.8
+    #: LSH bands x rows; null -> chosen from threshold by weighted FP/FN minimization
+    bands: Optional[int] = None
+    rows: Optional[int] = None
+    fp_weight: float = 0.5
+    fn_weight: float = 0.5
+    #: check every candidate pair's exact Jaccard; off -> the MinHash estimate decides
+    verify: bool = True
+    #: buckets larger than this pair each member only with the bucket's first `bucket_anchors` members
+    #: and its successor (bounds pairs per bucket); below it, all pairs are compared
+    max_bucket_size: int = 1000
+    bucket_anchors: int = 8
+
+
+@dataclass
+class CanonicalConfig:
+    """Which member of a cluster is kept as its canonical; ties go to input order."""
+
+    policy: str = _choice("first", "first", "earliest", "longest")
+
+
+@dataclass
+class OutputConfig:
+    #: hard: canonical 1, others 0; soft: canonical 1, others `soft_weight`; size: canonical = cluster size
+    weight: str = _choice("hard", "hard", "soft", "size")
+    soft_weight: float = 0.1
+    compression: str = _choice("zstd", "zstd", "snappy", "gzip", "none")
+    #: replace an existing output directory (otherwise a non-empty one is an error)
+    overwrite: bool = False
+
+
+@dataclass
+class RunConfig:
+    backend: str = _choice("auto", "auto", "cpu", "gpu")
+    #: address of a running Dask scheduler; null -> in-process threads
+    scheduler: Optional[str] = None
+    #: threads of the in-process scheduler; null -> all cores
+    workers: Optional[int] = None
+    progress: bool = True
+
+
+@dataclass
+class Config:
+    input: InputConfig = field(default_factory=InputConfig)
+    normalize: NormalizeConfig = field(default_factory=NormalizeConfig)
+    exact: ExactConfig = field(default_factory=ExactConfig)
+    fuzzy: FuzzyConfig = field(default_factory=FuzzyConfig)
+    canonical: CanonicalConfig = field(default_factory=CanonicalConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def validate(self) -> "Config":
+        """Check cross-field constraints; raise ConfigError naming the key."""
+        f = self.fuzzy
+        if not 0.0 < f.threshold <= 1.0:
+            raise ConfigError(f"fuzzy.threshold must be in (0, 1], got {f.threshold}")
+        for key in ("ngram", "num_perm", "max_bucket_size", "bucket_anchors"):
+            if getattr(f, key) < 1:
+                raise ConfigError(f"fuzzy.{key} must be >= 1, got {getattr(f, key)}")
+        if (f.bands is None) != (f.rows is None):
+            raise ConfigError("fuzzy.bands and fuzzy.rows must be given together (or both null)")
+        if f.bands is not None and (f.bands < 1 or f.rows < 1 or f.bands * f.rows > f.num_perm):
+            raise ConfigError(f"fuzzy.bands x fuzzy.rows must be >= 1 and <= num_perm ({f.num_perm}), "
+                              f"got {f.bands} x {f.rows}")
+        if self.input.partition_bytes < 1024 or self.input.partition_rows < 1:
+            raise ConfigError("input.partition_bytes must be >= 1024 and input.partition_rows >= 1")
+        if self.run.workers is not None and self.run.workers < 1:
+            raise ConfigError(f"run.workers must be >= 1, got {self.run.workers}")
+        if not 0.0 <= self.output.soft_weight <= 1.0:
+            raise ConfigError(f"output.soft_weight must be in [0, 1], got {self.output.soft_weight}")
+        return self
+
+
+def _check_value(key: str, value: Any, tp: Any, meta) -> Any:
+    origin = typing.get_origin(tp)
+    if origin is typing.Union:  # Optional[X]
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _check_value(key, value, args[0], meta)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key} must be true or false, got {value!r}")
+    elif tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key} must be an integer, got {value!r}")
+    elif tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key} must be a number, got {value!r}")
+        value = float(value)
+    elif tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key} must be a string, got {value!r}")
+    elif tp is list or origin is list:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{key} must be a list of strings, got {value!r}")
+    choices = meta.get("choices")
+    if choices and value not in choices:
+        raise ConfigError(f"{key} must be one of {', '.join(choices)}; got {value!r}")
+    return value
+
+
+def _apply(section_obj, section_name: str, values: dict) -> None:
+    if not isinstance(values, dict):
+        raise ConfigError(f"config section '{section_name}' must be a mapping, got {values!r}")
+    hints = typing.get_type_hints(type(section_obj))
+    fields = {f.name: f for f in dataclasses.fields(section_obj)}
+    for key, value in values.items():
+        if key not in fields:
+            raise ConfigError(f"unknown config key '{section_name}.{key}' "
+                              f"(known: {', '.join(sorted(fields))})")
+        setattr(section_obj, key, _check_value(f"{section_name}.{key}", value, hints[key], fields[key].metadata))
+
+
+def _merge(cfg: Config, data: dict) -> None:
+    if data is None:
+        return
+    if not isinstance(data, dict):
+        raise ConfigError("config must be a mapping of sections")
+    for section, values in data.items():
+        if section not in {f.name for f in dataclasses.fields(cfg)}:
+            raise ConfigError(f"unknown config section '{section}'")
+        _apply(getattr(cfg, section), section, values or {})
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """Parse ``section.key=value`` (value as YAML) into (section, key, value)."""
+    if "=" not in text:
+        raise ConfigError(f"--set expects section.key=value, got {text!r}")
+    path, raw = text.split("=", 1)
+    parts = path.strip().split(".")
+    if len(parts) != 2 or not all(parts):
+        raise ConfigError(f"--set key must be section.key, got {path!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {path}: cannot parse value {raw!r}: {str(exc).splitlines()[0]}") from None
+    return parts[0], parts[1], value
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | dict | None = None,
+                base: Config | None = None) -> Config:
+    """Build a validated Config from defaults, an optional YAML file and overrides.
+
+    Parameters
+    ----------
+    path : YAML file with sections ``input``, ``normalize``, ``exact``, ``fuzzy``, ``canonical``,
+        ``output``, ``run``; missing keys keep their defaults.
+    overrides : ``["fuzzy.threshold=0.85", ...]`` or ``{"fuzzy.threshold": 0.85, ...}``.
+    base : start from a copy of this Config instead of the defaults.
+    """
+    cfg = copy.deepcopy(base) if base is not None else Config()
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"{p}: config file not found")
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{p}: invalid YAML: {str(exc).splitlines()[0]}") from None
+        _merge(cfg, data)
+    items: list[tuple[str, str, Any]] = []
+    if isinstance(overrides, dict):
+        for k, v in overrides.items():
+            parts = k.split(".")
+            if len(parts) != 2:
+                raise ConfigError(f"override key must be section.key, got {k!r}")
+            items.append((parts[0], parts[1], v))
+    elif overrides:
+        items = [parse_override(o) for o in overrides]
+    for section, key, value in items:
+        _merge(cfg, {section: {key: value}})
+    return cfg.validate()

@@ -1,0 +1,33 @@
+"""Error types. Every error a user can cause is one of these and prints as one line."""
+
+
+class GpucurateError(Exception):
+    """Base class: the CLI prints ``error: <message>`` and exits with ``exit_code``."""
+
+    exit_code = 1
+
+
+class ConfigError(GpucurateError):
+    """A config file, ``--set`` override or API argument is invalid."""
+
+    exit_code = 2
+
+
+class InputError(GpucurateError):
+    """An input file, row or field is unreadable or violates the data contract.
+
+    The message names the file, and the row (1-based line for JSON Lines, 0-based row for Parquet)
+    or field where one is known.
+    """
+
+    def __init__(self, message: str, path: str | None = None, row: int | None = None, field: str | None = None):
+        where = ""
+        if path is not None:
+            where = str(path)
+            if row is not None:
+                where += f":{row}"
+            where += ": "
+        if field is not None:
+            message = f"field '{field}': {message}"
+        super().__init__(where + message)
+        self.path, self.row, self.field, self.reason = path, row, field, message

@@ -1,0 +1,120 @@
+"""Where partition tasks run: in-process Dask threads (default) or an existing Dask cluster.
+
+Stages hand the executor lists of ``dask.delayed`` tasks and get results back in task order, with a
+progress bar on stderr. Nothing else in the package talks to a scheduler.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from contextlib import contextmanager
+
+import dask
+from dask.callbacks import Callback
+from tqdm.auto import tqdm
+
+from .errors import ConfigError
+
+log = logging.getLogger("gpucurate")
+
+
+class _TqdmCallback(Callback):
+    """Counts finished tasks of a local compute on a tqdm bar."""
+
+    def __init__(self, desc: str, enabled: bool):
+        super().__init__()
+        self.desc, self.enabled, self.bar = desc, enabled, None
+
+    def _start_state(self, dsk, state):
+        total = sum(len(state[k]) for k in ("ready", "waiting", "running", "finished"))
+        self.bar = tqdm(total=total, desc=self.desc, unit="task", file=sys.stderr, disable=not self.enabled,
+                        leave=False, dynamic_ncols=True)
+
+    def _posttask(self, key, result, dsk, state, worker_id):
+        self.bar.update(1)
+
+    def _finish(self, dsk, state, errored):
+        if self.bar is not None:
+            self.bar.close()
+
+
+class Executor:
+    """Runs delayed tasks.
+
+    Parameters
+    ----------
+    scheduler : address of a running Dask scheduler (``tcp://host:port``); None -> local threads.
+    workers : threads of the local scheduler; None -> ``os.cpu_count()``.
+    progress : show progress bars on stderr.
+    """
+
+    def __init__(self, scheduler: str | None = None, workers: int | None = None, progress: bool = True):
+        self.scheduler_address = scheduler
+        self.workers = workers or os.cpu_count() or 1
+        self.progress = progress
+        self.client = None
+        if scheduler:
+            try:
+                from distributed import Client
+                self.client = Client(scheduler, timeout="10s", set_as_default=False)
+            except (OSError, TimeoutError) as exc:
+                raise ConfigError(f"cannot connect to Dask scheduler {scheduler}: {str(exc).splitlines()[0]}") from None
+            self.workers = max(1, sum(self.client.nthreads().values()))
+
+    @property
+    def description(self) -> str:
+        return f"dask cluster {self.scheduler_address}" if self.client else f"local threads ({self.workers})"
+
+    def compute(self, tasks: list, desc: str) -> list:
+        """Compute delayed ``tasks``; return their results in order."""
+        if not tasks:
+            return []
+        if self.client is None:
+            with _TqdmCallback(desc, self.progress):
+                return list(dask.compute(*tasks, scheduler="threads", num_workers=self.workers))
+        from distributed import as_completed
+        futures = self.client.compute(tasks)
+        with tqdm(total=len(futures), desc=desc, unit="part", file=sys.stderr, disable=not self.progress,
+                  leave=False) as bar:
+            for _ in as_completed(futures):
+                bar.update(1)
+        return self.client.gather(futures)
+
+    def persist(self, collection, desc: str):
+        if self.client is None:
+            with _TqdmCallback(desc, self.progress):
+                return collection.persist(scheduler="threads", num_workers=self.workers)
+        return self.client.persist(collection)
+
+    def map_threads(self, fn, chunks: list) -> list:
+        """Run ``fn`` over driver-side chunks on the local cores (numba kernels release the GIL)."""
+        if len(chunks) <= 1:
+            return [fn(c) for c in chunks]
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(max_workers=min(len(chunks), os.cpu_count() or 1)) as pool:
+            return list(pool.map(fn, chunks))
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+@contextmanager
+def quiet_logs():
+    """Keep distributed's own INFO logs off stderr while a run shows its progress."""
+    logger = logging.getLogger("distributed")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

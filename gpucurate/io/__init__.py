@@ -1,0 +1,1 @@
+"""Readers and writers: input discovery and partitioning, and the output directory."""

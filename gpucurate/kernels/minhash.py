@@ -1,0 +1,217 @@
+"""CPU array kernels over Arrow string buffers (int64 offsets + UTF-8 bytes).
+
+No Python runs per document or per shingle: each function is one compiled loop over a partition.
+Shingles (the contract, mirrored by ``gpucurate.text.shingles``):
+
+* word mode: the normalized text is split on single spaces (normalization collapses whitespace);
+  a shingle is ``k`` consecutive words joined by one space; a text of 1..k-1 words is one shingle.
+* char mode: a shingle is ``n`` consecutive Unicode code points; a shorter text is one shingle.
+* an empty text has no shingles (its signature is all ``0xFFFFFFFF`` and it never joins a cluster).
+
+Shingle hashes are defined in ``hashing`` (units hashed, then folded).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .hashing import EXACT_SEED, M2, U64, band_seed, fmix64, fold, hash_bytes, minhash_value
+
+WORD, CHAR = 0, 1
+EMPTY_SIG = np.uint32(0xFFFFFFFF)
+
+
+@njit(nogil=True, cache=True)
+def text_hashes(offsets, words):
+    """``uint64[n]`` hash of each text's bytes (the exact-dedup key)."""
+    n = offsets.shape[0] - 1
+    out = np.empty(n, dtype=np.uint64)
+    for d in range(n):
+        out[d] = hash_bytes(words, offsets[d], offsets[d + 1], EXACT_SEED)
+    return out
+
+
+@njit(nogil=True, cache=True)
+def _unit_count(data, start, end, mode):
+    """Number of words (word mode) or code points (char mode) of a non-empty text."""
+    c = 0
+    if mode == WORD:
+        c = 1
+        for i in range(start, end):
+            if data[i] == 32:
+                c += 1
+    else:
+        for i in range(start, end):
+            if (data[i] & 0xC0) != 0x80:
+                c += 1
+    return c
+
+
+@njit(nogil=True, cache=True)
+def shingle_counts(offsets, data, mode, k):
+    """``int64[n]`` number of shingles of each text (0 for an empty text)."""
+    n = offsets.shape[0] - 1
+    out = np.zeros(n, dtype=np.int64)
+    for d in range(n):
+        s, e = offsets[d], offsets[d + 1]
+        if e > s:
+            units = _unit_count(data, s, e, mode)
+            out[d] = units - k + 1 if units > k else 1
+    return out
+
+
+@njit(nogil=True, cache=True)
+def _unit_hashes(data, words, start, end, mode, seed, unit_hash):
+    """Hash every unit (word or code point) of a non-empty text into ``unit_hash``; return the count."""
+    c = 0
+    if mode == WORD:
+        w0 = start
+        for i in range(start, end):
+            if data[i] == 32:
+                unit_hash[c] = hash_bytes(words, w0, i, seed)
+                c += 1
+                w0 = i + 1
+        unit_hash[c] = hash_bytes(words, w0, end, seed)
+        c += 1
+    else:
+        i = start
+        while i < end:
+            j = i + 1
+            while j < end and (data[j] & 0xC0) == 0x80:
+                j += 1
+            unit_hash[c] = hash_bytes(words, i, j, seed)
+            c += 1
+            i = j
+    return c
+
+
+@njit(inline="always", nogil=True)
+def _insert_unique(table, mask, h):
+    """Insert ``h`` into an open-addressing set (0 = empty slot); return True if it was new."""
+    slot = np.int64(h & mask)
+    while True:
+        cur = table[slot]
+        if cur == 0:
+            table[slot] = h
+            return True
+        if cur == h:
+            return False
+        slot = (slot + 1) & mask
+
+
+@njit(nogil=True, cache=True)
+def _minhash_into(hashes, perm_a, perm_b, sig):
+    """``sig[i] = min over hashes of minhash_value(a_i, b_i, h)`` (kept as its own loop nest so that
+    the permutation loop vectorizes)."""
+    for i in range(sig.shape[0]):
+        sig[i] = EMPTY_SIG
+    for h in hashes:
+        for i in range(sig.shape[0]):
+            v = minhash_value(perm_a[i], perm_b[i], h)
+            if v < sig[i]:
+                sig[i] = v
+
+
+@njit(nogil=True, cache=True)
+def shingle_minhash(offsets, words, mode, k, seed, perm_a, perm_b, counts, sh_offsets):
+    """MinHash signatures and distinct shingle hashes of every text.
+
+    Parameters
+    ----------
+    offsets, words : int64[n + 1], uint64[m // 8 + 2] -- Arrow string buffers of the normalized
+        texts, the bytes as ``hashing.padded_words``.
+    mode, k : WORD or CHAR, shingle length in units.
+    seed : uint64 -- shingle hash seed.
+    perm_a, perm_b : uint64[P] -- permutations (``hashing.permutations``).
+    counts : int64[n] -- ``shingle_counts``; sh_offsets : int64[n + 1] -- its exclusive cumsum.
+
+    Returns
+    -------
+    sigs : uint32[n, P]
+    uniq_counts : int64[n] -- distinct shingles of each text, stored (in first-seen order) at
+        ``values[sh_offsets[d] : sh_offsets[d] + uniq_counts[d]]``.
+    values : uint64[sh_offsets[-1]]
+    """
+    data = words.view(np.uint8)
+    n = offsets.shape[0] - 1
+    P = perm_a.shape[0]
+    sigs = np.full((n, P), EMPTY_SIG, dtype=np.uint32)
+    values = np.empty(sh_offsets[n], dtype=np.uint64)
+    uniq_counts = np.zeros(n, dtype=np.int64)
+    max_sh = 1
+    for d in range(n):
+        max_sh = max(max_sh, counts[d])
+    unit_hash = np.empty(max_sh + k, dtype=np.uint64)
+    table_size = 16
+    while table_size < 2 * max_sh:
+        table_size *= 2
+    table = np.zeros(table_size, dtype=np.uint64)
+    sig = np.empty(P, dtype=np.uint32)
+    shingle_seed = seed ^ M2
+    for d in range(n):
+        s, e = offsets[d], offsets[d + 1]
+        if e <= s:
+            continue
+        units = _unit_hashes(data, words, s, e, mode, seed, unit_hash)
+        nsh = counts[d]
+        size = 16
+        while size < 2 * nsh:
+            size *= 2
+        mask = U64(size - 1)
+        base = sh_offsets[d]
+        w = 0
+        has_zero = False
+        for u in range(nsh):
+            h = shingle_seed
+            for t in range(u, min(u + k, units)):
+                h = fold(h, unit_hash[t])
+            h = fmix64(h)
+            # 0 marks an empty slot, so a (2**-64 likely) zero hash is tracked on its own
+            new = (not has_zero) if h == 0 else _insert_unique(table, mask, h)
+            if h == 0:
+                has_zero = True
+            if not new:
+                continue
+            values[base + w] = h
+            w += 1
+        for r in range(w):  # clear only the slots this text used
+            x = values[base + r]
+            if x != 0:
+                slot = np.int64(x & mask)
+                while table[slot] != 0:
+                    table[slot] = 0
+                    slot = (slot + 1) & mask
+        _minhash_into(values[base:base + w], perm_a, perm_b, sig)
+        sigs[d, :] = sig
+        uniq_counts[d] = w
+    return sigs, uniq_counts, values
+
+
+@njit(nogil=True, cache=True)
+def compact_csr(sh_offsets, uniq_counts, values):
+    """Drop the unused tail of each segment: return (offsets int64[n + 1], values uint64[total])."""
+    n = uniq_counts.shape[0]
+    out_off = np.empty(n + 1, dtype=np.int64)
+    out_off[0] = 0
+    for d in range(n):
+        out_off[d + 1] = out_off[d] + uniq_counts[d]
+    out = np.empty(out_off[n], dtype=np.uint64)
+    for d in range(n):
+        out[out_off[d]:out_off[d + 1]] = values[sh_offsets[d]:sh_offsets[d] + uniq_counts[d]]
+    return out_off, out
+
+
+@njit(nogil=True, cache=True)
+def band_keys(sigs, bands, rows, seed):
+    """``uint64[n, bands]`` LSH bucket key of each band of each signature."""
+    n = sigs.shape[0]
+    out = np.empty((n, bands), dtype=np.uint64)
+    for j in range(bands):
+        h0 = band_seed(seed, j)
+        for d in range(n):
+            h = h0
+            for r in range(j * rows, (j + 1) * rows):
+                h = fold(h, sigs[d, r])
+            out[d, j] = fmix64(h)
+    return out

@@ -1,0 +1,153 @@
+"""The main job: read -> normalize -> exact -> fuzzy -> annotate -> write."""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import dask
+import numpy as np
+
+from . import __version__
+from .annotate import alias_table, annotate, edge_table
+from .backend import select
+from .config import Config, load_config
+from .executor import Executor, quiet_logs
+from .io.reader import ROW_BITS, plan_partitions, read_documents
+from .io.writer import prepare_output, write_json, write_partition, write_table
+from .stages.exact import ExactDedup
+from .stages.fuzzy import FuzzyDedup
+from .stages.normalize import Normalize
+from .table import DocTable
+
+log = logging.getLogger("gpucurate")
+
+
+class Timer:
+    def __init__(self):
+        self.times: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str):
+        start = time.perf_counter()
+        yield
+        self.times[name] = round(self.times.get(name, 0.0) + time.perf_counter() - start, 4)
+
+
+def _versions() -> dict:
+    import numba
+    import pandas
+    import pyarrow
+    return {"gpucurate": __version__, "python": platform.python_version(), "numpy": np.__version__,
+            "numba": numba.__version__, "pandas": pandas.__version__, "pyarrow": pyarrow.__version__,
+            "dask": dask.__version__}
+
+
+def run(inputs: list[str] | str, output: str | os.PathLike, config: Config | str | None = None,
+        overrides: list[str] | dict | None = None) -> dict:
+    """Deduplicate ``inputs`` and write the annotated output directory; return the summary.
+
+    Parameters
+    ----------
+    inputs : files, globs or directories of JSON Lines (.jsonl[.gz|.zst]) or Parquet.
+    output : output directory (created; must be empty unless ``output.overwrite``).
+    config : a Config, a YAML path, or None for the defaults.
+    overrides : ``["section.key=value", ...]`` or ``{"section.key": value}`` applied on top.
+    """
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [str(inputs)]
+    if isinstance(config, Config):
+        cfg = load_config(None, overrides, base=config)
+    else:
+        cfg = load_config(config, overrides)
+    backend = select(cfg.run.backend)
+    timer = Timer()
+    start = time.perf_counter()
+    out = prepare_output(output, cfg.output.overwrite)
+    report: dict = {}
+    with quiet_logs(), Executor(cfg.run.scheduler, cfg.run.workers, cfg.run.progress) as executor:
+        with timer("plan"):
+            specs = plan_partitions([str(i) for i in inputs], cfg.input, report)
+        log.info("%d input partition(s) from %d file(s) on %s", len(specs),
+                 len({s.path for s in specs}), executor.description)
+        with timer("read+normalize"):
+            ddf = Normalize(cfg.normalize).run(read_documents(specs, cfg.input))
+            ddf = executor.persist(ddf, "read+normalize")
+            table = DocTable.collect(ddf, executor, cfg.input.on_duplicate_id, _locator(specs))
+        with timer("exact"):
+            exact = ExactDedup(cfg, backend).run(ddf, table, executor)
+        fuzzy = None
+        if cfg.fuzzy.enabled:
+            with timer("fuzzy"):
+                participants = (exact.canon == np.arange(table.n)) & ~exact.empty
+                fuzzy = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, backend).run(ddf, table, participants,
+                                                                                 executor)
+        del ddf
+        with timer("annotate"):
+            annotations = annotate(table, exact, fuzzy, cfg.output)
+        with timer("write"):
+            offs = table.part_offsets
+            tasks = [dask.delayed(write_partition)(spec, cfg, annotations.slice(offs[p], offs[p + 1] - offs[p]),
+                                                   table.ords[offs[p]:offs[p + 1]], str(out))
+                     for p, spec in enumerate(specs)]
+            executor.compute(tasks, "write")
+            aliases = alias_table(annotations)
+            write_table(aliases, out / "aliases.parquet", cfg)
+            write_table(edge_table(table, fuzzy, cfg.fuzzy.threshold), out / "edges.parquet", cfg)
+        wall = time.perf_counter() - start
+        summary = _summary(cfg, inputs, specs, report, table, exact, fuzzy, annotations, timer, wall,
+                           backend.name, executor.description)
+    write_json(summary, out / "summary.json")
+    return summary
+
+
+def _locator(specs):
+    """Order key -> ``file:line`` (JSON Lines, 1-based) or ``file:row`` (Parquet), for error messages."""
+    files = {s.file_index: s for s in specs}
+
+    def describe(order_key) -> str:
+        spec = files[int(order_key) >> ROW_BITS]
+        record = int(order_key) & ((1 << ROW_BITS) - 1)
+        return f"{spec.path}:{record + 1 if spec.fmt == 'jsonl' else record}"
+    return describe
+
+
+def _summary(cfg, inputs, specs, report, table, exact, fuzzy, annotations, timer, wall, backend, executor) -> dict:
+    n = table.n
+    keep = int(np.asarray(annotations.column("keep")).sum())
+    text_bytes = int(table.nbytes.sum())
+    stages = {
+        "input": {"documents": n, "empty_texts": int(exact.empty.sum()), "files": len({s.path for s in specs}),
+                  "partitions": len(specs), "text_bytes": text_bytes},
+        "exact": {"enabled": cfg.exact.enabled, "duplicates": exact.duplicates, "remaining": n - exact.duplicates},
+    }
+    if fuzzy is not None:
+        stages["fuzzy"] = dict(fuzzy.stats, enabled=True, remaining=n - exact.duplicates - fuzzy.stats["duplicates"])
+    else:
+        stages["fuzzy"] = {"enabled": False, "duplicates": 0, "remaining": n - exact.duplicates}
+    return {
+        "gpucurate_version": __version__,
+        "inputs": [str(i) for i in inputs],
+        "documents_in": n,
+        "documents_kept": keep,
+        "documents_dropped": n - keep,
+        "stages": stages,
+        "lsh": {"bands": fuzzy.bands if fuzzy else None, "rows": fuzzy.rows_per_band if fuzzy else None,
+                "chosen": "config" if cfg.fuzzy.bands is not None else "optimal (weighted FP/FN area)"},
+        "skipped": table.skipped + report.get("skipped", []),
+        "empty_files": report.get("empty_files", []),
+        "invalid_utf8_rows_replaced": table.replaced_utf8,
+        "renamed_duplicate_ids": table.renamed_ids,
+        "backend": backend,
+        "executor": executor,
+        "timings_s": timer.times,
+        "wall_time_s": round(wall, 4),
+        "docs_per_s": round(n / wall, 1) if wall > 0 else None,
+        "mb_per_s": round(text_bytes / 1e6 / wall, 2) if wall > 0 else None,
+        "config": cfg.to_dict(),
+        "versions": _versions(),
+    }

@@ -1,0 +1,189 @@
+"""Fuzzy stage: MinHash signatures -> LSH buckets -> candidate pairs -> exact-Jaccard verification ->
+connected components -> one canonical per cluster.
+
+Only the canonicals of the exact stage with non-empty text take part. Similarity is the Jaccard
+index of the sets of shingles (``gpucurate.kernels.minhash``) of the normalized texts. With
+``verify`` on, an edge joins two documents only if their exact Jaccard is at least the threshold;
+clusters are the connected components of those edges (so two members of a cluster can be less
+similar than the threshold through a chain).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import dask
+import numpy as np
+import pandas as pd
+
+from ..backend import Backend
+from ..config import FuzzyConfig
+from ..executor import Executor
+from ..kernels.hashing import padded_words, permutations
+from ..kernels.minhash import CHAR, WORD
+from ..table import DocTable, canonicals
+from ..text import arrow_buffers
+
+
+@lru_cache(maxsize=64)
+def optimal_bands_rows(threshold: float, num_perm: int, fp_weight: float = 0.5,
+                       fn_weight: float = 0.5) -> tuple[int, int]:
+    """LSH ``(bands, rows)`` with ``bands * rows <= num_perm`` minimizing the weighted areas of false
+    positives (Jaccard below ``threshold`` that collide) and false negatives (above it that do not)
+    under the collision probability ``1 - (1 - s**rows)**bands``. Ties go to fewer bands."""
+    s_lo = np.linspace(0.0, threshold, 1001)
+    s_hi = np.linspace(threshold, 1.0, 1001)
+    best, best_err = (1, 1), np.inf
+    for b in range(1, num_perm + 1):
+        for r in range(1, num_perm // b + 1):
+            fp = np.trapezoid(1.0 - (1.0 - s_lo ** r) ** b, s_lo)
+            fn = np.trapezoid((1.0 - s_hi ** r) ** b, s_hi)
+            err = fp_weight * fp + fn_weight * fn
+            if err < best_err - 1e-15:
+                best, best_err = (b, r), err
+    return best
+
+
+@dataclass
+class FuzzyParams:
+    mode: int
+    k: int
+    seed: np.uint64
+    perm_a: np.ndarray
+    perm_b: np.ndarray
+    bands: int
+    rows: int
+    keep_signatures: bool
+
+
+def signature_partition(df: pd.DataFrame, mask: np.ndarray, params: FuzzyParams, backend: Backend):
+    """Band keys, shingle sets (CSR) and optionally signatures of the rows of ``df`` selected by ``mask``.
+
+    Returns ``(band_keys uint64[m, bands], csr_offsets int64[m + 1], csr_values uint64[..],
+    signatures uint32[m, P] or None)``.
+    """
+    k = backend.minhash
+    if not mask.any():
+        return (np.empty((0, params.bands), np.uint64), np.zeros(1, np.int64), np.empty(0, np.uint64),
+                np.empty((0, len(params.perm_a)), np.uint32) if params.keep_signatures else None)
+    arr = df["_text"].array._pa_array
+    offsets, data = arrow_buffers(arr)
+    if not mask.all():
+        rows = np.flatnonzero(mask)
+        import pyarrow as pa
+        offsets, data = arrow_buffers(pa.chunked_array(arr).combine_chunks().take(pa.array(rows)))
+    words = padded_words(data)
+    counts = k.shingle_counts(offsets, data, params.mode, params.k)
+    sh_offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=sh_offsets[1:])
+    sigs, uniq, values = k.shingle_minhash(offsets, words, params.mode, params.k, params.seed,
+                                           params.perm_a, params.perm_b, counts, sh_offsets)
+    csr_offsets, csr_values = k.compact_csr(sh_offsets, uniq, values)
+    keys = k.band_keys(sigs, params.bands, params.rows, params.seed)
+    return keys, csr_offsets, csr_values, (sigs if params.keep_signatures else None)
+
+
+@dataclass
+class FuzzyResult:
+    rows: np.ndarray  # int64[m] table rows that took part (exact canonicals with text)
+    canon: np.ndarray  # int64[m] table row of each participant's fuzzy canonical
+    similarity: np.ndarray  # float64[m] Jaccard (or estimate) to the canonical; 1.0 for canonicals
+    edge_i: np.ndarray  # int64[e] table rows of candidate pairs (i < j)
+    edge_j: np.ndarray
+    edge_score: np.ndarray  # float64[e]
+    score_kind: str  # "jaccard" (verified) or "minhash" (estimate)
+    bands: int
+    rows_per_band: int
+    stats: dict
+
+
+def _concat_csr(parts) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.concatenate([np.diff(p[1]) for p in parts])
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets, np.concatenate([p[2] for p in parts])
+
+
+class FuzzyDedup:
+    """``run(ddf, table, participants, executor) -> FuzzyResult``; ``participants`` is a bool[n] mask of
+    table rows to cluster (exact canonicals with non-empty text)."""
+
+    name = "fuzzy"
+
+    def __init__(self, cfg: FuzzyConfig, policy: str, backend: Backend):
+        self.cfg, self.policy, self.backend = cfg, policy, backend
+        if cfg.bands is not None:
+            self.bands, self.rows_per_band = cfg.bands, cfg.rows
+        else:
+            self.bands, self.rows_per_band = optimal_bands_rows(cfg.threshold, cfg.num_perm, cfg.fp_weight,
+                                                                cfg.fn_weight)
+
+    def params(self) -> FuzzyParams:
+        a, b = permutations(self.cfg.num_perm, self.cfg.seed)
+        return FuzzyParams(WORD if self.cfg.shingle == "word" else CHAR, self.cfg.ngram,
+                           np.uint64(self.cfg.seed & ((1 << 64) - 1)), a, b, self.bands, self.rows_per_band,
+                           keep_signatures=not self.cfg.verify)
+
+    def run(self, ddf, table: DocTable, participants: np.ndarray, executor: Executor) -> FuzzyResult:
+        params = self.params()
+        pk = self.backend.pairs
+        masks = [participants[table.part_offsets[p]:table.part_offsets[p + 1]] for p in range(len(table.part_offsets) - 1)]
+        tasks = [dask.delayed(signature_partition)(part, mask, params, self.backend)
+                 for part, mask in zip(ddf.to_delayed(), masks)]
+        parts = executor.compute(tasks, "fuzzy: minhash")
+        rows = np.flatnonzero(participants).astype(np.int64)
+        m = len(rows)
+        keys = np.concatenate([p[0] for p in parts]) if parts else np.empty((0, self.bands), np.uint64)
+        csr_offsets, csr_values = _concat_csr(parts)
+        sigs = np.concatenate([p[3] for p in parts]) if params.keep_signatures else None
+
+        # LSH: documents sharing any band key are candidates (stable sort keeps documents ascending)
+        flat_keys = keys.ravel()
+        flat_docs = np.repeat(np.arange(m, dtype=np.int64), self.bands)
+        order = np.argsort(flat_keys, kind="stable")
+        raw_pairs = pk.bucket_pairs(flat_keys[order], flat_docs[order], self.cfg.max_bucket_size,
+                                    self.cfg.bucket_anchors)
+        packed = np.unique(raw_pairs)
+        pi = (packed >> np.uint64(32)).astype(np.int64)
+        pj = (packed & np.uint64(0xFFFFFFFF)).astype(np.int64)
+
+        if self.cfg.verify:
+            scores = self._parallel_jaccard(csr_offsets, csr_values, pi, pj, executor)
+        else:
+            scores = pk.signature_agreement(sigs, pi, pj)
+        edge = scores >= self.cfg.threshold
+        labels = pk.components(m, pi[edge], pj[edge])
+        key = table.policy_key(self.policy)[rows]
+        canon_local = np.searchsorted(rows, canonicals(labels, rows, key))
+        similarity = np.ones(m, dtype=np.float64)
+        members = np.flatnonzero(canon_local != np.arange(m))
+        if len(members):
+            if self.cfg.verify:
+                similarity[members] = pk.jaccard_pairs(csr_offsets, csr_values, members, canon_local[members])
+            else:
+                similarity[members] = pk.signature_agreement(sigs, members, canon_local[members])
+        stats = {"documents": int(m), "bands": self.bands, "rows": self.rows_per_band,
+                 "bucket_entries": int(len(flat_keys)), "candidate_pairs": int(len(packed)),
+                 "pair_emissions": int(len(raw_pairs)), "edges": int(edge.sum()),
+                 "shingles": int(len(csr_values)),
+                 "clusters": int(len(np.unique(labels[members]))) if len(members) else 0,
+                 "duplicates": int(len(members))}
+        return FuzzyResult(rows, rows[canon_local], similarity, rows[pi], rows[pj], scores,
+                           "jaccard" if self.cfg.verify else "minhash", self.bands, self.rows_per_band, stats)
+
+    def _parallel_jaccard(self, offsets, values, pi, pj, executor: Executor) -> np.ndarray:
+        """Verify pairs in chunks on the local cores; chunks are cut where ``pi`` changes so each keeps
+        the per-document hash-table reuse."""
+        n_chunks = max(1, min(executor.workers * 2, len(pi) // 50_000))
+        cuts = [0]
+        for c in range(1, n_chunks):
+            cut = int(np.searchsorted(pi, pi[len(pi) * c // n_chunks]))
+            if cut > cuts[-1]:
+                cuts.append(cut)
+        cuts.append(len(pi))
+        chunks = [(a, b) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+        jaccard_pairs = self.backend.pairs.jaccard_pairs
+        results = executor.map_threads(lambda c: jaccard_pairs(offsets, values, pi[c[0]:c[1]], pj[c[0]:c[1]]),
+                                       chunks)
+        return np.concatenate(results) if results else np.empty(0, np.float64)

@@ -1,0 +1,94 @@
+"""Text normalization and shingling: the vectorized implementation and its plain-Python specification.
+
+Normalization (each step switchable in ``normalize`` config): boilerplate regexes removed, Unicode
+NFKC, lowercase (Unicode simple case mapping, as Arrow's ``utf8_lower``), punctuation removed
+(optional), whitespace runs collapsed to one space and trimmed. It only feeds the hashes: stored
+texts are never changed.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .config import NormalizeConfig
+from .kernels.hashing import M2, reference_fmix64, reference_fold, reference_hash_bytes
+from .kernels.text import collapse_whitespace
+
+
+def arrow_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Zero-copy ``(offsets int64[n + 1], data uint8[m])`` of a string array; nulls read as empty."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    if arr.null_count:
+        arr = pc.fill_null(arr, "")
+    if arr.type != pa.large_string():
+        arr = arr.cast(pa.large_string())
+    _, off_buf, data_buf = arr.buffers()
+    offsets = np.frombuffer(off_buf, dtype=np.int64)[arr.offset:arr.offset + len(arr) + 1]
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.empty(0, np.uint8)
+    return offsets, data
+
+
+def from_buffers(offsets: np.ndarray, data: np.ndarray) -> pa.LargeStringArray:
+    n = len(offsets) - 1
+    return pa.LargeStringArray.from_buffers(n, pa.py_buffer(np.ascontiguousarray(offsets)),
+                                            pa.py_buffer(np.ascontiguousarray(data)))
+
+
+def normalize(texts: pa.Array, cfg: NormalizeConfig | None = None) -> pa.LargeStringArray:
+    """Normalize a string array; null becomes empty. Returns ``large_string[n]``."""
+    cfg = cfg or NormalizeConfig()
+    arr = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
+    if arr.null_count:
+        arr = pc.fill_null(arr, "")
+    for pattern in cfg.boilerplate_patterns:
+        arr = pc.replace_substring_regex(arr, pattern, " ")
+    if cfg.nfkc:
+        arr = pc.utf8_normalize(arr, "NFKC")
+    if cfg.lowercase:
+        arr = pc.utf8_lower(arr)
+    if cfg.strip_punctuation:
+        arr = pc.replace_substring_regex(arr, r"\p{P}+", " ")
+    if cfg.collapse_whitespace:
+        return from_buffers(*collapse_whitespace(*arrow_buffers(arr)))
+    return arr.cast(pa.large_string())
+
+
+# ------------------------------------------------------------------------------------------------
+# Plain-Python specification (tests, peers' adapters in benchmarks). Not used by the pipeline.
+
+def reference_shingles(normalized: str, mode: str = "word", k: int = 5) -> list[str]:
+    """Shingles of an already normalized text: ``k`` words joined by one space, or ``k`` code points."""
+    if not normalized:
+        return []
+    units = normalized.split(" ") if mode == "word" else list(normalized)
+    sep = " " if mode == "word" else ""
+    if len(units) <= k:
+        return [sep.join(units)]
+    return [sep.join(units[i:i + k]) for i in range(len(units) - k + 1)]
+
+
+def reference_shingle_hashes(normalized: str, mode: str, k: int, seed: int) -> set[int]:
+    """Set of 64-bit shingle hashes: each unit (word or code point) is hashed with ``hash_bytes``,
+    and a shingle's hash is ``fmix64`` of its unit hashes folded into ``seed ^ M2``."""
+    if not normalized:
+        return set()
+    units = normalized.split(" ") if mode == "word" else list(normalized)
+    unit_hashes = [reference_hash_bytes(u.encode("utf-8"), seed) for u in units]
+    count = max(1, len(units) - k + 1)
+    out = set()
+    for u in range(count):
+        h = seed ^ int(M2)
+        for x in unit_hashes[u:u + k]:
+            h = reference_fold(h, x)
+        out.add(reference_fmix64(h))
+    return out
+
+
+def reference_normalize(text: str | None) -> str:
+    """Python version of the default normalization (exact for text whose lowercase mapping is simple)."""
+    return " ".join(unicodedata.normalize("NFKC", text or "").lower().split())
