@@ -1,1 +1,30 @@
+"""gpucurate: find exact and near-duplicate documents in large text collections and annotate them
+(canonical, aliases, audit trail) instead of deleting them.
+
+Main entry points: ``gpucurate.run(inputs, output, config, overrides)`` (the CLI's ``run``) and, for
+Dask DataFrames, ``read``, ``dedup``, ``exact_dedup`` and ``fuzzy_dedup``.
+"""
+
 __version__ = "0.1.0"
+
+from .config import Config, load_config  # noqa: E402
+from .errors import ConfigError, GpucurateError, InputError  # noqa: E402
+
+
+def run(*args, **kwargs):
+    from .pipeline import run as _run
+    return _run(*args, **kwargs)
+
+
+run.__doc__ = "Deduplicate input files into an annotated output directory; see gpucurate.pipeline.run."
+
+
+def __getattr__(name):
+    if name in ("read", "dedup", "exact_dedup", "fuzzy_dedup"):
+        from . import api
+        return getattr(api, name)
+    raise AttributeError(name)
+
+
+__all__ = ["run", "read", "dedup", "exact_dedup", "fuzzy_dedup", "Config", "load_config", "GpucurateError",
+           "ConfigError", "InputError", "__version__"]

@@ -19,13 +19,13 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scheduler", metavar="ADDRESS", help="attach to a running Dask scheduler (run.scheduler)")
     p.add_argument("--workers", type=int, help="threads of the in-process scheduler (run.workers)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logs and full tracebacks on stderr")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpucurate", description="Find and annotate exact and near-duplicate "
                                      "documents in large text collections.")
-    parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logs on stderr")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="deduplicate input files into an annotated output directory")

@@ -75,8 +75,10 @@ class FuzzyConfig:
     #: LSH bands x rows; null -> chosen from threshold by weighted FP/FN minimization
     bands: Optional[int] = None
     rows: Optional[int] = None
-    fp_weight: float = 0.5
-    fn_weight: float = 0.5
+    #: weights of the false-positive / false-negative areas in the bands x rows choice; null -> 0.02/0.98
+    #: with verify on (verification removes false positives, so recall is what matters), 0.5/0.5 off
+    fp_weight: Optional[float] = None
+    fn_weight: Optional[float] = None
     #: check every candidate pair's exact Jaccard; off -> the MinHash estimate decides
     verify: bool = True
     #: buckets larger than this pair each member only with the bucket's first `bucket_anchors` members
@@ -138,6 +140,9 @@ class Config:
         if f.bands is not None and (f.bands < 1 or f.rows < 1 or f.bands * f.rows > f.num_perm):
             raise ConfigError(f"fuzzy.bands x fuzzy.rows must be >= 1 and <= num_perm ({f.num_perm}), "
                               f"got {f.bands} x {f.rows}")
+        if (f.fp_weight is None) != (f.fn_weight is None) or (f.fp_weight is not None and (
+                f.fp_weight < 0 or f.fn_weight < 0 or f.fp_weight + f.fn_weight <= 0)):
+            raise ConfigError("fuzzy.fp_weight and fuzzy.fn_weight must be given together, >= 0, not both 0")
         if self.input.partition_bytes < 1024 or self.input.partition_rows < 1:
             raise ConfigError("input.partition_bytes must be >= 1024 and input.partition_rows >= 1")
         if self.run.workers is not None and self.run.workers < 1:
@@ -247,3 +252,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | dict | No
     for section, key, value in items:
         _merge(cfg, {section: {key: value}})
     return cfg.validate()
+
+
+def resolve_config(config: "Config | str | Path | None" = None, overrides: list[str] | dict | None = None) -> Config:
+    """A Config from a Config object, a YAML path or None (defaults), with overrides applied."""
+    if isinstance(config, Config):
+        return load_config(None, overrides, base=config)
+    return load_config(config, overrides)

@@ -15,7 +15,7 @@ import numpy as np
 from . import __version__
 from .annotate import alias_table, annotate, edge_table
 from .backend import select
-from .config import Config, load_config
+from .config import Config, resolve_config
 from .executor import Executor, quiet_logs
 from .io.reader import ROW_BITS, plan_partitions, read_documents
 from .io.writer import prepare_output, write_json, write_partition, write_table
@@ -60,10 +60,7 @@ def run(inputs: list[str] | str, output: str | os.PathLike, config: Config | str
     """
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [str(inputs)]
-    if isinstance(config, Config):
-        cfg = load_config(None, overrides, base=config)
-    else:
-        cfg = load_config(config, overrides)
+    cfg = resolve_config(config, overrides)
     backend = select(cfg.run.backend)
     timer = Timer()
     start = time.perf_counter()
@@ -74,21 +71,8 @@ def run(inputs: list[str] | str, output: str | os.PathLike, config: Config | str
             specs = plan_partitions([str(i) for i in inputs], cfg.input, report)
         log.info("%d input partition(s) from %d file(s) on %s", len(specs),
                  len({s.path for s in specs}), executor.description)
-        with timer("read+normalize"):
-            ddf = Normalize(cfg.normalize).run(read_documents(specs, cfg.input))
-            ddf = executor.persist(ddf, "read+normalize")
-            table = DocTable.collect(ddf, executor, cfg.input.on_duplicate_id, _locator(specs))
-        with timer("exact"):
-            exact = ExactDedup(cfg, backend).run(ddf, table, executor)
-        fuzzy = None
-        if cfg.fuzzy.enabled:
-            with timer("fuzzy"):
-                participants = (exact.canon == np.arange(table.n)) & ~exact.empty
-                fuzzy = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, backend).run(ddf, table, participants,
-                                                                                 executor)
-        del ddf
-        with timer("annotate"):
-            annotations = annotate(table, exact, fuzzy, cfg.output)
+        ddf = read_documents(specs, cfg.input)
+        table, exact, fuzzy, annotations = deduplicate(ddf, cfg, executor, backend, timer, _locator(specs))
         with timer("write"):
             offs = table.part_offsets
             tasks = [dask.delayed(write_partition)(spec, cfg, annotations.slice(offs[p], offs[p + 1] - offs[p]),
@@ -103,6 +87,26 @@ def run(inputs: list[str] | str, output: str | os.PathLike, config: Config | str
                            backend.name, executor.description)
     write_json(summary, out / "summary.json")
     return summary
+
+
+def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Timer, describe=None):
+    """Normalize, exact and fuzzy stages over a narrow Dask DataFrame (``io.reader.NARROW_META``).
+
+    Returns ``(DocTable, ExactResult, FuzzyResult | None, annotations pa.Table in table order)``.
+    """
+    with timer("read+normalize"):
+        ddf = executor.persist(Normalize(cfg.normalize).run(narrow_ddf), "read+normalize")
+        table = DocTable.collect(ddf, executor, cfg.input.on_duplicate_id, describe)
+    with timer("exact"):
+        exact = ExactDedup(cfg, backend).run(ddf, table, executor)
+    fuzzy = None
+    if cfg.fuzzy.enabled:
+        with timer("fuzzy"):
+            participants = (exact.canon == np.arange(table.n)) & ~exact.empty
+            fuzzy = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, backend).run(ddf, table, participants, executor)
+    with timer("annotate"):
+        annotations = annotate(table, exact, fuzzy, cfg.output)
+    return table, exact, fuzzy, annotations
 
 
 def _locator(specs):

@@ -18,8 +18,9 @@ from .executor import Executor
 
 
 def _table_part(df: pd.DataFrame) -> tuple:
-    return (df["_ord"].to_numpy(), df["_id"].to_numpy(dtype=object), df["_ts"].to_numpy(),
-            df["_nbytes"].to_numpy(), df.attrs)
+    all_int = bool(df["_id_is_int"].all())
+    ids = df["_id_int"].to_numpy() if all_int and len(df) else df["_id"].to_numpy(dtype=object)
+    return (df["_ord"].to_numpy(), ids, df["_ts"].to_numpy(), df["_nbytes"].to_numpy(), df.attrs)
 
 
 @dataclass
@@ -46,12 +47,12 @@ class DocTable:
         ords = np.concatenate([p[0] for p in parts]) if parts else np.empty(0, np.int64)
         if len(ords) and np.any(np.diff(ords) <= 0):
             raise RuntimeError("partitions are not in input order")  # a bug, not bad input
-        ids = np.concatenate([p[1] for p in parts]) if parts else np.empty(0, object)
-        kinds = {pd.api.types.infer_dtype(p[1], skipna=False) for p in parts if len(p[0])}
-        if kinds == {"integer"}:
-            ids = ids.astype(np.int64)
-        elif kinds != {"string"}:  # ints in some files, strings in others: all become strings
-            ids = ids.astype(str).astype(object)
+        nonempty = [p[1] for p in parts if len(p[0])]
+        if nonempty and all(a.dtype.kind == "i" for a in nonempty):
+            ids = np.concatenate(nonempty).astype(np.int64)
+        else:  # strings, or ints in some files and strings in others: all become strings
+            ids = np.concatenate([a.astype(str).astype(object) for a in nonempty]) if nonempty \
+                else np.empty(0, object)
         table = cls(ords, ids, np.concatenate([p[2] for p in parts]), np.concatenate([p[3] for p in parts]),
                     offsets)
         for p in parts:

@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 
 from ..config import Config, InputConfig
 from ..errors import InputError
+from ..kernels.text import nonblank_lines
 
 ROW_BITS = 40
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -260,21 +261,7 @@ def _read_bytes(spec: PartitionSpec) -> bytes:
 
 def _line_starts(data: bytes) -> tuple[np.ndarray, np.ndarray]:
     """Start offset and line index of every non-blank line."""
-    buf = np.frombuffer(data, dtype=np.uint8)
-    nl = np.flatnonzero(buf == 10)
-    starts = np.concatenate(([0], nl + 1))
-    ends = np.concatenate((nl, [len(buf)]))
-    keep = np.array([data[s:e].strip() != b"" for s, e in zip(starts, ends)], dtype=bool) \
-        if len(starts) < 64 else _nonblank_mask(buf, starts, ends)
-    idx = np.flatnonzero(keep)
-    return starts[idx], idx.astype(np.int64)
-
-
-def _nonblank_mask(buf, starts, ends):
-    # a line is blank when it has no byte other than ASCII whitespace
-    is_ws = np.isin(buf, np.frombuffer(b" \t\r\n\x0b\x0c", dtype=np.uint8))
-    nonws_cum = np.concatenate(([0], np.cumsum(~is_ws)))
-    return (nonws_cum[ends] - nonws_cum[starts]) > 0
+    return nonblank_lines(np.frombuffer(data, dtype=np.uint8))
 
 
 def _load_jsonl(spec: PartitionSpec, cfg: InputConfig) -> LoadedPartition:
@@ -284,12 +271,28 @@ def _load_jsonl(spec: PartitionSpec, cfg: InputConfig) -> LoadedPartition:
     if len(starts) == 0:
         return LoadedPartition(pa.table({}), np.empty(0, np.int64))
     try:  # fast path: Arrow's multi-threaded parser
-        table = pajson.read_json(io.BytesIO(data), read_options=pajson.ReadOptions(block_size=1 << 26))
+        read_options = pajson.ReadOptions(block_size=1 << 26)
+        table = pajson.read_json(io.BytesIO(data), read_options=read_options)
+        kept_as_text = pa.schema([pa.field(f.name, _timestamps_as_text(f.type)) for f in table.schema])
+        if kept_as_text != table.schema:  # Arrow turned ISO-8601 strings into timestamps: keep the text
+            parse = pajson.ParseOptions(explicit_schema=kept_as_text)
+            table = pajson.read_json(io.BytesIO(data), read_options=read_options, parse_options=parse)
         if table.num_rows == len(starts) and _fast_path_ok(table, cfg):
             return LoadedPartition(table, lines)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         pass
     return _load_jsonl_slow(spec, cfg, data, starts, lines)
+
+
+def _timestamps_as_text(t: pa.DataType) -> pa.DataType:
+    """``t`` with every (nested) timestamp or date type replaced by string."""
+    if pa.types.is_timestamp(t) or pa.types.is_date(t):
+        return pa.string()
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _timestamps_as_text(f.type)) for f in t])
+    if pa.types.is_list(t):
+        return pa.list_(_timestamps_as_text(t.value_type))
+    return t
 
 
 def _fast_path_ok(table: pa.Table, cfg: InputConfig) -> bool:
@@ -426,6 +429,16 @@ def ids_of(spec: PartitionSpec, part: LoadedPartition, cfg: InputConfig) -> pd.S
     return pd.Series([v if isinstance(v, str) else json.dumps(v) for v in col.to_pylist()], dtype=object)
 
 
+def id_columns(ids: pd.Series) -> dict:
+    """The ``_id``, ``_id_int``, ``_id_is_int`` columns of the narrow frame (no object columns: Dask
+    would turn them into strings)."""
+    is_int = ids.dtype.kind == "i"
+    text = pa.array(ids.astype(str).to_numpy(dtype=object), type=pa.large_string())
+    return {"_id": pd.arrays.ArrowExtensionArray(text),
+            "_id_int": ids.to_numpy(dtype=np.int64) if is_int else np.zeros(len(ids), np.int64),
+            "_id_is_int": np.full(len(ids), is_int)}
+
+
 def timestamps_of(spec: PartitionSpec, part: LoadedPartition, cfg: InputConfig) -> np.ndarray:
     """Timestamps as int64 ns since the epoch (UTC); null -> int64 max (sorts last)."""
     col = part.table.column(cfg.timestamp_field)
@@ -456,7 +469,9 @@ def timestamps_of(spec: PartitionSpec, part: LoadedPartition, cfg: InputConfig) 
 
 NARROW_META = pd.DataFrame({
     "_ord": pd.Series([], dtype=np.int64),
-    "_id": pd.Series([], dtype=object),
+    "_id": pd.Series([], dtype=pd.ArrowDtype(pa.large_string())),
+    "_id_int": pd.Series([], dtype=np.int64),  # the id when every id of the partition is an integer
+    "_id_is_int": pd.Series([], dtype=bool),
     "_ts": pd.Series([], dtype=np.int64),
     "_nbytes": pd.Series([], dtype=np.int64),
     "_text": pd.Series([], dtype=pd.ArrowDtype(pa.large_string())),
@@ -478,7 +493,7 @@ def load_narrow(spec: PartitionSpec, cfg: InputConfig) -> pd.DataFrame:
         ts = timestamps_of(spec, part, cfg) if cfg.timestamp_field else np.zeros(n, np.int64)
         df = pd.DataFrame({
             "_ord": order_keys(spec, part.records),
-            "_id": ids_of(spec, part, cfg).astype(object).to_numpy(),
+            **id_columns(ids_of(spec, part, cfg)),
             "_ts": ts,
             "_nbytes": pc.binary_length(text).to_numpy().astype(np.int64),
             "_text": pd.arrays.ArrowExtensionArray(text),

@@ -116,8 +116,11 @@ class FuzzyDedup:
         if cfg.bands is not None:
             self.bands, self.rows_per_band = cfg.bands, cfg.rows
         else:
-            self.bands, self.rows_per_band = optimal_bands_rows(cfg.threshold, cfg.num_perm, cfg.fp_weight,
-                                                                cfg.fn_weight)
+            if cfg.fp_weight is not None:
+                weights = (cfg.fp_weight, cfg.fn_weight)
+            else:  # verification removes false positives, so only then is recall cheap to buy
+                weights = (0.02, 0.98) if cfg.verify else (0.5, 0.5)
+            self.bands, self.rows_per_band = optimal_bands_rows(cfg.threshold, cfg.num_perm, *weights)
 
     def params(self) -> FuzzyParams:
         a, b = permutations(self.cfg.num_perm, self.cfg.seed)

@@ -1,0 +1,83 @@
+"""Dask DataFrame in, Dask DataFrame out: the stages for notebook users.
+
+>>> ddf = gpucurate.read("data/*.jsonl.gz")           # narrow frame: _ord, _id, _ts, _nbytes, _text
+>>> annotated = gpucurate.dedup(ddf, overrides={"fuzzy.threshold": 0.85})
+>>> annotated[annotated.keep].compute()
+
+``dedup`` (exact then fuzzy), ``exact_dedup`` and ``fuzzy_dedup`` also take any Dask DataFrame with the
+configured text and id columns (``input.text_field``, ``input.id_field``); their result is that frame
+with the annotation columns added (``gpucurate.annotate.ANNOTATION_COLUMNS``). The global steps
+(grouping, clustering) run when the function is called; attaching the columns is lazy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .backend import select
+from .config import Config, resolve_config
+from .executor import Executor
+from .io.reader import NARROW_META, ROW_BITS, id_columns, plan_partitions, read_documents
+from .pipeline import Timer, deduplicate
+
+
+def read(inputs, config: Config | str | None = None, overrides=None):
+    """Narrow Dask DataFrame of the input files, one partition per input partition."""
+    cfg = resolve_config(config, overrides)
+    if isinstance(inputs, str):
+        inputs = [inputs]
+    return read_documents(plan_partitions([str(i) for i in inputs], cfg.input, {}), cfg.input)
+
+
+def _to_narrow(df: pd.DataFrame, text_field: str, id_field: str | None, partition_info=None) -> pd.DataFrame:
+    p = partition_info["number"] if partition_info else 0
+    n = len(df)
+    text = pa.array(df[text_field], type=pa.large_string(), from_pandas=True)
+    text = pc.fill_null(text, "")
+    ids = df[id_field].reset_index(drop=True) if id_field else pd.Series([f"{p}:{r}" for r in range(n)])
+    return pd.DataFrame({
+        "_ord": (np.int64(p) << np.int64(ROW_BITS)) | np.arange(n, dtype=np.int64),
+        **id_columns(ids),
+        "_ts": np.zeros(n, np.int64),
+        "_nbytes": pc.binary_length(text).to_numpy().astype(np.int64),
+        "_text": pd.arrays.ArrowExtensionArray(text),
+    })
+
+
+def _attach(df: pd.DataFrame, parts: list, partition_info=None) -> pd.DataFrame:
+    ann = parts[partition_info["number"] if partition_info else 0].to_pandas()
+    out = df.copy(deep=False)
+    for col in ann.columns:
+        out[col] = ann[col].to_numpy()
+    return out
+
+
+def dedup(ddf, config: Config | str | None = None, overrides=None):
+    """Exact + fuzzy deduplication of a Dask DataFrame; returns it with the annotation columns."""
+    cfg = resolve_config(config, overrides)
+    narrow = ddf
+    if "_ord" not in ddf.columns:
+        narrow = ddf.map_partitions(_to_narrow, cfg.input.text_field, cfg.input.id_field, meta=NARROW_META)
+    with Executor(cfg.run.scheduler, cfg.run.workers, cfg.run.progress) as executor:
+        table, _, _, annotations = deduplicate(narrow, cfg, executor, select(cfg.run.backend), Timer())
+    offs = table.part_offsets
+    parts = [annotations.slice(offs[p], offs[p + 1] - offs[p]) for p in range(len(offs) - 1)]
+    meta = _attach(ddf._meta, [annotations.slice(0, 0)])
+    return ddf.map_partitions(_attach, parts, meta=meta)
+
+
+def exact_dedup(ddf, config: Config | str | None = None, overrides=None):
+    """Exact stage only (fuzzy disabled)."""
+    cfg = resolve_config(config, overrides)
+    cfg.fuzzy.enabled = False
+    return dedup(ddf, cfg)
+
+
+def fuzzy_dedup(ddf, config: Config | str | None = None, overrides=None):
+    """Fuzzy stage only (exact disabled: identical texts are found as Jaccard 1.0 pairs)."""
+    cfg = resolve_config(config, overrides)
+    cfg.exact.enabled = False
+    return dedup(ddf, cfg)

@@ -1,0 +1,57 @@
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+os.environ.setdefault("NUMBA_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".numba_cache"))
+
+
+def write_jsonl(path: Path, records: list[dict], compress: str | None = None) -> Path:
+    data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode("utf-8")
+    if compress == "gz":
+        import gzip
+        path = path.with_name(path.name + ".gz")
+        path.write_bytes(gzip.compress(data))
+    elif compress == "zst":
+        import zstandard
+        path = path.with_name(path.name + ".zst")
+        path.write_bytes(zstandard.ZstdCompressor().compress(data))
+    else:
+        path.write_bytes(data)
+    return path
+
+
+def read_annotations(out_dir: Path) -> pd.DataFrame:
+    """All annotated records of a run, sorted by doc_id."""
+    files = sorted((Path(out_dir) / "annotations").glob("part-*.parquet"))
+    frames = [pq.read_table(f).to_pandas() for f in files]
+    df = pd.concat(frames, ignore_index=True)
+    return df.sort_values("doc_id", kind="stable").reset_index(drop=True)
+
+
+ANNOTATION_COLUMNS = ["doc_id", "dedup_id", "is_canonical", "keep", "drop_stage", "drop_reason", "similarity",
+                      "cluster_size", "weight", "exact_group", "fuzzy_group"]
+
+
+@pytest.fixture(scope="session")
+def demo_frame():
+    from gpucurate.demo import generate_corpus
+    return generate_corpus(n_docs=1500, seed=7)
+
+
+@pytest.fixture
+def quiet_overrides():
+    return ["run.progress=false"]
+
+
+def pytest_collection_modifyitems(config, items):
+    if not SHARED_DATA.is_dir():
+        skip = pytest.mark.skip(reason=f"{SHARED_DATA} not present")
+        for item in items:
+            if "realdata" in item.keywords:
+                item.add_marker(skip)

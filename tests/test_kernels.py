@@ -1,0 +1,154 @@
+"""Compiled kernels against their plain-Python specification."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from numba import njit
+
+from gpucurate.kernels import minhash, pairs
+from gpucurate.kernels.hashing import (band_seed, hash_bytes, padded_words, permutations, reference_band_keys,
+                                       reference_hash_bytes, reference_minhash)
+from gpucurate.kernels.text import collapse_whitespace, nonblank_lines
+from gpucurate.text import (arrow_buffers, from_buffers, normalize, reference_normalize,
+                            reference_shingle_hashes, reference_shingles)
+
+
+@njit
+def _hash_span(words, start, end, seed):
+    return hash_bytes(words, start, end, seed)
+
+
+def test_hash_bytes_matches_reference_for_every_length_and_alignment():
+    rng = np.random.default_rng(1)
+    blob = rng.integers(0, 256, size=200, dtype=np.uint8)
+    words = padded_words(blob)
+    for start in range(0, 9):
+        for length in range(0, 41):
+            got = int(_hash_span(words, start, start + length, np.uint64(123)))
+            assert got == reference_hash_bytes(blob[start:start + length].tobytes(), 123)
+
+
+def test_hash_bytes_has_no_collisions_on_a_million_shingles():
+    texts = pa.array([f"w{i} x{i * 7} y{i % 1000}" for i in range(1_000_000)], type=pa.large_string())
+    offsets, data = arrow_buffers(texts)
+    hashes = minhash.text_hashes(offsets, padded_words(data))
+    assert len(np.unique(hashes)) == len(hashes)
+
+
+WORDS_CASES = ["", "one", "a b", "a b c d", "a b c d e", "a b c d e f", "a b c d e f g h i j k l",
+               "один два три четыре пять шесть семь", "한국어 텍스트 입니다 정말 좋은 날씨 오늘도",
+               "日本語のテキストにはスペースがありません", "a a a a a a a a a a a a", "naïve café ﬁ ½ 𝔘𝔫𝔦"]
+
+
+@pytest.mark.parametrize("mode,k", [("word", 5), ("word", 1), ("word", 3), ("char", 5), ("char", 1), ("char", 2)])
+def test_shingle_hashes_and_signatures_match_reference(mode, k):
+    texts = [reference_normalize(t) for t in WORDS_CASES]
+    arr = normalize(pa.array(WORDS_CASES))
+    assert arr.to_pylist() == texts
+    offsets, data = arrow_buffers(arr)
+    code = minhash.WORD if mode == "word" else minhash.CHAR
+    counts = minhash.shingle_counts(offsets, data, code, k)
+    assert counts.tolist() == [len(reference_shingles(t, mode, k)) for t in texts]
+    sh_off = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=sh_off[1:])
+    a, b = permutations(32, 7)
+    sigs, uniq, values = minhash.shingle_minhash(offsets, padded_words(data), code, k, np.uint64(7), a, b,
+                                                 counts, sh_off)
+    csr_off, csr_val = minhash.compact_csr(sh_off, uniq, values)
+    for d, t in enumerate(texts):
+        expected = reference_shingle_hashes(t, mode, k, 7)
+        got = csr_val[csr_off[d]:csr_off[d + 1]]
+        assert set(got.tolist()) == expected and len(got) == len(expected)
+        assert np.array_equal(sigs[d], reference_minhash(sorted(expected), a, b))
+    keys = minhash.band_keys(sigs, 4, 8, np.uint64(7))
+    for d in range(len(texts)):
+        assert np.array_equal(keys[d], reference_band_keys(sigs[d], 4, 8, 7))
+
+
+def test_empty_text_has_no_shingles_and_an_empty_signature():
+    offsets, data = arrow_buffers(pa.array(["", "x y"], type=pa.large_string()))
+    counts = minhash.shingle_counts(offsets, data, minhash.WORD, 5)
+    assert counts.tolist() == [0, 1]
+    sh_off = np.array([0, 0, 1])
+    a, b = permutations(8, 1)
+    sigs, uniq, _ = minhash.shingle_minhash(offsets, padded_words(data), minhash.WORD, 5, np.uint64(1), a, b,
+                                            counts, sh_off)
+    assert (sigs[0] == 0xFFFFFFFF).all() and uniq.tolist() == [0, 1]
+
+
+def test_minhash_estimates_jaccard_without_bias():
+    rng = np.random.default_rng(3)
+    vocab = np.array([f"t{i}" for i in range(5000)])
+    texts, truth = [], []
+    for _ in range(200):
+        base = list(rng.choice(vocab, 150))
+        other = list(base)
+        for pos in rng.choice(150, int(rng.integers(0, 60)), replace=False):
+            other[pos] = str(rng.choice(vocab))
+        texts += [" ".join(base), " ".join(other)]
+        sa = reference_shingle_hashes(" ".join(base), "word", 5, 42)
+        sb = reference_shingle_hashes(" ".join(other), "word", 5, 42)
+        truth.append(len(sa & sb) / len(sa | sb))
+    offsets, data = arrow_buffers(pa.array(texts, type=pa.large_string()))
+    counts = minhash.shingle_counts(offsets, data, minhash.WORD, 5)
+    sh_off = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=sh_off[1:])
+    a, b = permutations(256, 42)
+    sigs, _, _ = minhash.shingle_minhash(offsets, padded_words(data), minhash.WORD, 5, np.uint64(42), a, b,
+                                         counts, sh_off)
+    est = pairs.signature_agreement(sigs, np.arange(0, 400, 2), np.arange(1, 400, 2))
+    err = est - np.array(truth)
+    assert abs(err.mean()) < 0.01
+    assert np.sqrt((err ** 2).mean()) < 0.04  # ~ sqrt(J(1-J)/256)
+
+
+SPACES = [" ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x1f", "\x85", "\xa0", "\u1680", "\u2000", "\u200a",
+          "\u2028", "\u2029", "\u202f", "\u205f", "\u3000"]
+
+
+def test_collapse_whitespace_equals_python_split_join():
+    rng = np.random.default_rng(5)
+    alphabet = list("ab é中") + ["ё", "가", "\u200b", "\u180e", "\u2060"] + SPACES
+    texts = ["".join(rng.choice(alphabet, int(rng.integers(0, 30)))) for _ in range(3000)]
+    offsets, data = arrow_buffers(pa.array(texts, type=pa.large_string()))
+    out = from_buffers(*collapse_whitespace(offsets, data)).to_pylist()
+    assert out == [" ".join(t.split()) for t in texts]
+
+
+def test_nonblank_lines():
+    data = np.frombuffer(b'{"a":1}\n\n  \n{"b":2}\r\n\t\n{"c":3}', dtype=np.uint8)
+    starts, index = nonblank_lines(data)
+    assert index.tolist() == [0, 3, 5]
+    assert starts.tolist() == [0, 12, 23]
+
+
+def test_jaccard_pairs_and_components():
+    sets = [{1, 2, 3, 4}, {2, 3, 4, 5}, {9}, set(), {1, 2, 3, 4}, {0, 7}]
+    off = np.zeros(len(sets) + 1, np.int64)
+    off[1:] = np.cumsum([len(s) for s in sets])
+    vals = np.array([v for s in sets for v in sorted(s, reverse=True)], dtype=np.uint64)
+    pi = np.array([0, 0, 0, 1, 2, 3, 5], dtype=np.int64)
+    pj = np.array([1, 4, 5, 4, 3, 4, 0], dtype=np.int64)
+    got = pairs.jaccard_pairs(off, vals, pi, pj)
+    want = [len(sets[i] & sets[j]) / len(sets[i] | sets[j]) if sets[i] | sets[j] else 0.0 for i, j in zip(pi, pj)]
+    assert np.allclose(got, want)
+    labels = pairs.components(6, np.array([4, 1]), np.array([1, 0]))
+    assert labels.tolist() == [0, 0, 2, 3, 0, 5]
+
+
+def test_bucket_pairs_all_pairs_and_anchored():
+    keys = np.array([5, 5, 5, 7, 9, 9], dtype=np.uint64)
+    docs = np.array([0, 2, 3, 1, 1, 4], dtype=np.int64)
+    got = sorted((int(p >> 32), int(p & 0xFFFFFFFF)) for p in pairs.bucket_pairs(keys, docs, 10, 2))
+    assert got == [(0, 2), (0, 3), (1, 4), (2, 3)]
+    big = np.arange(20, dtype=np.int64)
+    got = {(int(p >> 32), int(p & 0xFFFFFFFF)) for p in pairs.bucket_pairs(np.zeros(20, np.uint64), big, 5, 2)}
+    # every member is paired with the two anchors and with its predecessor: still one component
+    assert all((0, y) in got and (1, y) in got for y in range(2, 20))
+    assert all((y - 1, y) in got for y in range(1, 20))
+    assert len(got) < 20 * 19 // 2
+
+
+def test_band_seed_differs_per_band():
+    seeds = {int(band_seed(np.uint64(42), j)) for j in range(64)}
+    assert len(seeds) == 64

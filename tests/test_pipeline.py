@@ -1,0 +1,205 @@
+"""End-to-end runs: output contract, invariants, determinism across files/partitions/workers."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import gpucurate
+from gpucurate.evaluate import exact_similar_pairs
+from gpucurate.text import reference_normalize, reference_shingle_hashes
+
+from conftest import ANNOTATION_COLUMNS, read_annotations, write_jsonl
+
+Q = ["run.progress=false"]
+
+
+def _records(frame: pd.DataFrame) -> list[dict]:
+    return frame.to_dict(orient="records")
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory, demo_frame):
+    d = tmp_path_factory.mktemp("demo")
+    src = write_jsonl(d / "corpus.jsonl", _records(demo_frame))
+    summary = gpucurate.run([str(src)], d / "out", overrides=Q + ["input.timestamp_field=timestamp"])
+    return demo_frame, d / "out", summary
+
+
+def test_output_directory_contract(demo_run):
+    frame, out, summary = demo_run
+    assert (out / "aliases.parquet").is_file() and (out / "edges.parquet").is_file()
+    assert json.loads((out / "summary.json").read_text())["documents_in"] == len(frame)
+    ann = read_annotations(out)
+    for col in ANNOTATION_COLUMNS + list(frame.columns):
+        assert col in ann.columns, col
+    s = summary["stages"]
+    assert summary["documents_kept"] == len(frame) - s["exact"]["duplicates"] - s["fuzzy"]["duplicates"]
+    assert summary["lsh"]["bands"] * summary["lsh"]["rows"] <= 128
+    for key in ("timings_s", "docs_per_s", "versions", "config", "backend"):
+        assert key in summary
+
+
+def test_invariants(demo_run):
+    frame, out, _ = demo_run
+    ann = read_annotations(out)
+    # every input row exactly once, passed-through columns untouched
+    assert sorted(ann["id"]) == sorted(frame["id"]) and ann["doc_id"].is_unique
+    merged = ann.merge(frame, on="id", suffixes=("", "_in"))
+    for col in ("text", "lang", "source", "timestamp"):
+        assert (merged[col].fillna("") == merged[col + "_in"].fillna("")).all()
+    ids = set(ann["doc_id"])
+    for col in ("dedup_id", "exact_group", "fuzzy_group"):
+        assert set(ann[col]) <= ids
+    canon = ann[ann.is_canonical]
+    assert (canon.dedup_id == canon.doc_id).all() and canon.drop_stage.isna().all() and canon.keep.all()
+    dropped = ann[~ann.is_canonical]
+    assert set(dropped.drop_stage) <= {"exact", "fuzzy"} and dropped.drop_reason.notna().all()
+    # a dedup_id is always a canonical, and cluster sizes add up
+    assert set(dropped.dedup_id) <= set(canon.doc_id)
+    sizes = ann.groupby("dedup_id").size()
+    assert (ann.cluster_size == ann.dedup_id.map(sizes)).all()
+    assert ((ann.weight == 1.0) == ann.is_canonical).all()
+    aliases = pq.read_table(out / "aliases.parquet").to_pandas()
+    assert len(aliases) == len(dropped) and set(aliases.alias_id) == set(dropped.doc_id)
+
+
+def test_exact_and_fuzzy_groups_are_correct(demo_run):
+    frame, out, _ = demo_run
+    ann = read_annotations(out).set_index("doc_id")
+    norm = {i: reference_normalize(t) for i, t in zip(frame["id"], frame["text"])}
+    for doc, row in ann[ann.drop_stage == "exact"].iterrows():
+        assert norm[doc] == norm[row.exact_group] and norm[doc] != ""
+    # empty texts are never duplicates
+    empty = [i for i, t in norm.items() if t == ""]
+    assert ann.loc[empty, "is_canonical"].all()
+    # verified edges: no edge under the threshold joins documents, and scores are exact
+    sets = {i: reference_shingle_hashes(t, "word", 5, 42) for i, t in norm.items()}
+    edges = pq.read_table(out / "edges.parquet").to_pandas()
+    assert len(edges) > 0 and (edges.method == "jaccard").all()
+    for a, b, score in edges[["id_a", "id_b", "score"]].itertuples(index=False):
+        assert score == pytest.approx(len(sets[a] & sets[b]) / len(sets[a] | sets[b]))
+    fuzzy = ann[ann.drop_stage == "fuzzy"]
+    assert len(fuzzy) > 0
+    for doc, row in fuzzy.iterrows():
+        sa, sb = sets[doc], sets[row.dedup_id]
+        assert row.similarity == pytest.approx(len(sa & sb) / len(sa | sb))
+
+
+def test_clusters_match_brute_force_on_demo(demo_run):
+    """Pairs co-clustered by the pipeline vs connected components of all pairs with Jaccard >= 0.8."""
+    frame, out, _ = demo_run
+    ann = read_annotations(out).set_index("doc_id").loc[list(frame["id"])]
+    norm = [reference_normalize(t) for t in frame["text"]]
+    exact_rep = {}
+    reps = [exact_rep.setdefault(t, i) if t else i for i, t in enumerate(norm)]
+    sets = [sorted(reference_shingle_hashes(t, "word", 5, 42)) if reps[i] == i else [] for i, t in enumerate(norm)]
+    offsets = np.zeros(len(sets) + 1, np.int64)
+    offsets[1:] = np.cumsum([len(s) for s in sets])
+    values = np.array([v for s in sets for v in s], dtype=np.uint64)
+    i, j, _ = exact_similar_pairs(offsets, values, 0.8)
+    from gpucurate.evaluate import cluster_metrics
+    true_i = np.concatenate([i, np.flatnonzero(np.array(reps) != np.arange(len(reps)))])
+    true_j = np.concatenate([j, np.array(reps)[np.array(reps) != np.arange(len(reps))]])
+    labels = pd.factorize(ann["dedup_id"])[0]
+    m = cluster_metrics(labels, true_i, true_j, len(norm))
+    assert m["pair_precision"] == 1.0 and m["false_merges"] == 0
+    assert m["edge_recall"] >= 0.99 and m["pair_recall"] >= 0.99
+
+
+def _ann_bytes(out) -> pd.DataFrame:
+    ann = read_annotations(out)
+    return ann[ANNOTATION_COLUMNS]
+
+
+def test_same_annotations_whatever_the_split_and_workers(tmp_path, demo_frame):
+    recs = _records(demo_frame)
+    one = write_jsonl(tmp_path / "one.jsonl", recs)
+    split_dir = tmp_path / "split"
+    split_dir.mkdir()
+    cuts = [0, 100, 101, 700, 1499, len(recs)]
+    for n, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
+        write_jsonl(split_dir / f"part-{n:03d}.jsonl", recs[a:b], compress="gz" if n % 2 else None)
+    pq.write_table(pa.Table.from_pandas(demo_frame, preserve_index=False), tmp_path / "all.parquet",
+                   row_group_size=128)
+    ref = gpucurate.run([str(one)], tmp_path / "o1", overrides=Q + ["run.workers=1"])
+    runs = [
+        gpucurate.run([str(split_dir)], tmp_path / "o2", overrides=Q + ["run.workers=2"]),
+        gpucurate.run([str(one)], tmp_path / "o3", overrides=Q + ["run.workers=2", "input.partition_bytes=20000"]),
+        gpucurate.run([str(tmp_path / "all.parquet")], tmp_path / "o4",
+                      overrides=Q + ["run.workers=2", "input.partition_rows=200"]),
+    ]
+    assert runs[1]["stages"]["input"]["partitions"] > 10 and runs[2]["stages"]["input"]["partitions"] > 5
+    expected = _ann_bytes(tmp_path / "o1")
+    for name in ("o2", "o3", "o4"):
+        pd.testing.assert_frame_equal(_ann_bytes(tmp_path / name), expected)
+    assert ref["stages"]["fuzzy"]["duplicates"] == runs[0]["stages"]["fuzzy"]["duplicates"]
+
+
+@pytest.mark.parametrize("policy", ["first", "earliest", "longest"])
+def test_canonical_policies(tmp_path, policy):
+    base = "the quarterly report shows strong growth in all regions and the board approved the new plan today"
+    recs = [
+        {"id": "a", "text": base + " final", "ts": "2021-05-01T00:00:00Z"},
+        {"id": "b", "text": base + " final and more words here", "ts": "2020-01-01T00:00:00Z"},
+        {"id": "c", "text": base + " finally", "ts": "2022-01-01T00:00:00Z"},
+        {"id": "d", "text": "something else entirely with no overlap at all in this sentence ok", "ts": None},
+    ]
+    src = write_jsonl(tmp_path / "p.jsonl", recs)
+    gpucurate.run([str(src)], tmp_path / "o", overrides=Q + [f"canonical.policy={policy}", "input.timestamp_field=ts",
+                                                             "fuzzy.threshold=0.7"])
+    ann = read_annotations(tmp_path / "o").set_index("doc_id")
+    expected = {"first": "a", "earliest": "b", "longest": "b"}[policy]
+    assert set(ann.loc[["a", "b", "c"], "dedup_id"]) == {expected}
+    assert ann.loc["d", "is_canonical"]
+
+
+def test_char_shingles_find_cjk_near_duplicates(tmp_path):
+    base = "東京都は本日新しい交通計画を発表しました。市民の生活を改善するために多くの路線が追加されます。"
+    recs = [{"id": 1, "text": base}, {"id": 2, "text": base.replace("本日", "昨日")},
+            {"id": 3, "text": "大阪の天気は晴れで、気温は二十度まで上がる見込みです。"}]
+    src = write_jsonl(tmp_path / "cjk.jsonl", recs)
+    word = gpucurate.run([str(src)], tmp_path / "w", overrides=Q)
+    char = gpucurate.run([str(src)], tmp_path / "c", overrides=Q + ["fuzzy.shingle=char", "fuzzy.ngram=3"])
+    assert word["stages"]["fuzzy"]["duplicates"] == 0  # one "word" per text: only exact copies match
+    ann = read_annotations(tmp_path / "c").set_index("doc_id")
+    assert char["stages"]["fuzzy"]["duplicates"] == 1 and ann.loc[2, "dedup_id"] == 1
+    assert ann.index.dtype == np.int64  # integer ids stay integers
+
+
+def test_unverified_mode_uses_minhash_estimates(tmp_path, demo_frame):
+    src = write_jsonl(tmp_path / "c.jsonl", _records(demo_frame))
+    s = gpucurate.run([str(src)], tmp_path / "o", overrides=Q + ["fuzzy.verify=false"])
+    edges = pq.read_table(tmp_path / "o" / "edges.parquet").to_pandas()
+    assert (edges.method == "minhash").all() and s["lsh"]["bands"] < 17
+    assert s["stages"]["fuzzy"]["duplicates"] > 0
+
+
+def test_soft_and_size_weights(tmp_path, demo_frame):
+    src = write_jsonl(tmp_path / "c.jsonl", _records(demo_frame.head(400)))
+    gpucurate.run([str(src)], tmp_path / "soft", overrides=Q + ["output.weight=soft", "output.soft_weight=0.25"])
+    gpucurate.run([str(src)], tmp_path / "size", overrides=Q + ["output.weight=size"])
+    soft = read_annotations(tmp_path / "soft")
+    assert set(soft.loc[~soft.is_canonical, "weight"]) == {0.25}
+    size = read_annotations(tmp_path / "size")
+    assert size.loc[size.is_canonical, "weight"].sum() == len(size)
+
+
+def test_generated_ids_are_file_and_line(tmp_path):
+    src = write_jsonl(tmp_path / "noid.jsonl", [{"text": "hello world"}, {"text": "hello world"}])
+    gpucurate.run([str(src)], tmp_path / "o", overrides=Q + ["input.id_field=null"])
+    ann = read_annotations(tmp_path / "o")
+    assert list(ann.doc_id) == ["noid.jsonl:1", "noid.jsonl:2"]
+    assert list(ann.dedup_id) == ["noid.jsonl:1", "noid.jsonl:1"]
+
+
+def test_python_api_and_cli_agree(tmp_path, demo_frame):
+    from gpucurate.cli import main
+    src = write_jsonl(tmp_path / "c.jsonl", _records(demo_frame.head(300)))
+    assert main(["run", "--input", str(src), "--output", str(tmp_path / "cli"), "--no-progress", "-q",
+                 "--set", "fuzzy.threshold=0.7"]) == 0
+    gpucurate.run(str(src), tmp_path / "api", overrides={"fuzzy.threshold": 0.7, "run.progress": False})
+    pd.testing.assert_frame_equal(_ann_bytes(tmp_path / "cli"), _ann_bytes(tmp_path / "api"))
