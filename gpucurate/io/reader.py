@@ -278,6 +278,7 @@ def _load_jsonl(spec: PartitionSpec, cfg: InputConfig) -> LoadedPartition:
             parse = pajson.ParseOptions(explicit_schema=kept_as_text)
             table = pajson.read_json(io.BytesIO(data), read_options=read_options, parse_options=parse)
         if table.num_rows == len(starts) and _fast_path_ok(table, cfg):
+            table.validate(full=True)  # Arrow's JSON reader does not check UTF-8; this raises on bad bytes
             return LoadedPartition(table, lines)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         pass
