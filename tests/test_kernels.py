@@ -136,17 +136,32 @@ def test_jaccard_pairs_and_components():
     assert labels.tolist() == [0, 0, 2, 3, 0, 5]
 
 
-def test_bucket_pairs_all_pairs_and_anchored():
-    keys = np.array([5, 5, 5, 7, 9, 9], dtype=np.uint64)
-    docs = np.array([0, 2, 3, 1, 1, 4], dtype=np.int64)
-    got = sorted((int(p >> 32), int(p & 0xFFFFFFFF)) for p in pairs.bucket_pairs(keys, docs, 10, 2))
-    assert got == [(0, 2), (0, 3), (1, 4), (2, 3)]
-    big = np.arange(20, dtype=np.int64)
-    got = {(int(p >> 32), int(p & 0xFFFFFFFF)) for p in pairs.bucket_pairs(np.zeros(20, np.uint64), big, 5, 2)}
-    # every member is paired with the two anchors and with its predecessor: still one component
-    assert all((0, y) in got and (1, y) in got for y in range(2, 20))
-    assert all((y - 1, y) in got for y in range(1, 20))
-    assert len(got) < 20 * 19 // 2
+def _lsh_pairs(keys, max_bucket=1000, anchors=8):
+    n, bands = keys.shape
+    flat = keys.ravel()
+    order = np.argsort(flat, kind="stable")
+    where = np.empty_like(order)
+    where[order] = np.arange(len(order))
+    pi, pj = pairs.candidate_pairs(flat[order], order // bands, where, n, bands, max_bucket, anchors)
+    return list(zip(pi.tolist(), pj.tolist()))
+
+
+def test_candidate_pairs_are_the_distinct_pairs_sharing_a_bucket():
+    rng = np.random.default_rng(2)
+    n, bands = 300, 6
+    keys = rng.integers(0, 40, size=(n, bands)).astype(np.uint64) + (np.arange(bands, dtype=np.uint64) << 32)
+    got = _lsh_pairs(keys)
+    expected = sorted({(i, j) for i in range(n) for j in range(i + 1, n) if (keys[i] == keys[j]).any()})
+    assert got == expected  # distinct, sorted by (i, j)
+
+
+def test_candidate_pairs_in_a_large_bucket_go_through_anchors():
+    keys = np.zeros((20, 1), dtype=np.uint64)
+    got = set(_lsh_pairs(keys, max_bucket=5, anchors=2))
+    # the two anchors pair with everyone after them, the rest with their successor: one component,
+    # far fewer than all 190 pairs
+    expected = {(a, y) for a in (0, 1) for y in range(a + 1, 20)} | {(y, y + 1) for y in range(19)}
+    assert got == expected
 
 
 def test_band_seed_differs_per_band():

@@ -13,58 +13,96 @@ from .hashing import U64
 
 
 @njit(nogil=True, cache=True)
-def bucket_pairs(keys, docs, max_bucket, anchors):
-    """Candidate pairs from LSH buckets.
+def _bucket_bounds(keys):
+    """For each position of the sorted ``keys``, the start and end of its run of equal keys."""
+    m = keys.shape[0]
+    start = np.empty(m, dtype=np.int64)
+    end = np.empty(m, dtype=np.int64)
+    a = 0
+    while a < m:
+        b = a + 1
+        while b < m and keys[b] == keys[a]:
+            b += 1
+        for q in range(a, b):
+            start[q] = a
+            end[q] = b
+        a = b
+    return start, end
+
+
+@njit(nogil=True, cache=True)
+def _neighbours(doc, bands, where, start, end, docs, max_bucket, anchors, scratch):
+    """Distinct partners ``j > doc`` of one document over all its buckets, sorted, in ``scratch``;
+    returns their count."""
+    c = 0
+    for band in range(bands):
+        p = where[doc * bands + band]
+        a, b = start[p], end[p]
+        if b - a <= max_bucket:
+            for q in range(p + 1, b):
+                scratch[c] = docs[q]
+                c += 1
+        elif p - a < anchors:  # an anchor of a large bucket pairs with every later member
+            for q in range(p + 1, b):
+                scratch[c] = docs[q]
+                c += 1
+        elif p + 1 < b:  # any other member only with its successor
+            scratch[c] = docs[p + 1]
+            c += 1
+    if c > 1:
+        seg = scratch[:c]
+        seg.sort()
+        w = 1
+        for r in range(1, c):
+            if seg[r] != seg[w - 1]:
+                seg[w] = seg[r]
+                w += 1
+        c = w
+    return c
+
+
+@njit(nogil=True, cache=True)
+def candidate_pairs(keys, docs, where, n_docs, bands, max_bucket, anchors):
+    """Distinct LSH candidate pairs, sorted by ``(i, j)`` with ``i < j``.
 
     Parameters
     ----------
-    keys : uint64[m] -- bucket keys sorted ascending; docs : int64[m] -- the document of each key,
-        ascending within a bucket.
-    max_bucket : buckets up to this size give all their pairs; a larger bucket pairs each member with
-        its first ``anchors`` members and with its successor (m * (anchors + 1) pairs, not m**2 / 2).
+    keys : uint64[n_docs * bands] -- band keys sorted ascending (band index is part of the key hash).
+    docs : int64[...] -- the document of each sorted key; ascending within a bucket (stable sort of the
+        document-major key array).
+    where : int64[n_docs * bands] -- sorted position of the key of (document d, band j) at ``d * bands + j``.
+    max_bucket, anchors : buckets up to ``max_bucket`` members give all their pairs; in a larger one the
+        first ``anchors`` members pair with everyone and the others only with their successor.
+
+    Pairs are collected per document (its partners in all its buckets, de-duplicated locally), so no
+    global sort of the (bands times larger) raw pair list is needed.
 
     Returns
     -------
-    pairs : uint64[p] -- ``i << 32 | j`` with ``i < j``, possibly repeated (several bands).
+    pi, pj : int64[p]
     """
-    m = keys.shape[0]
+    start, end = _bucket_bounds(keys)
+    cap = 16
+    for d in range(n_docs):
+        need = 0
+        for band in range(bands):
+            p = where[d * bands + band]
+            need += end[p] - p - 1
+        cap = max(cap, need)
+    scratch = np.empty(cap, dtype=np.int64)
     total = 0
-    start = 0
-    while start < m:
-        end = start + 1
-        while end < m and keys[end] == keys[start]:
-            end += 1
-        size = end - start
-        if size <= max_bucket:
-            total += size * (size - 1) // 2
-        else:
-            total += (size - 1) * (anchors + 1)
-        start = end
-    out = np.empty(total, dtype=np.uint64)
+    for d in range(n_docs):
+        total += _neighbours(d, bands, where, start, end, docs, max_bucket, anchors, scratch)
+    pi = np.empty(total, dtype=np.int64)
+    pj = np.empty(total, dtype=np.int64)
     w = 0
-    start = 0
-    while start < m:
-        end = start + 1
-        while end < m and keys[end] == keys[start]:
-            end += 1
-        size = end - start
-        if size <= max_bucket:
-            for x in range(start, end):
-                for y in range(x + 1, end):
-                    if docs[x] != docs[y]:
-                        out[w] = (U64(docs[x]) << U64(32)) | U64(docs[y])
-                        w += 1
-        else:
-            for y in range(start + 1, end):
-                lim = min(start + anchors, y)
-                for x in range(start, lim):
-                    out[w] = (U64(docs[x]) << U64(32)) | U64(docs[y])
-                    w += 1
-                if y - 1 >= lim:
-                    out[w] = (U64(docs[y - 1]) << U64(32)) | U64(docs[y])
-                    w += 1
-        start = end
-    return out[:w]
+    for d in range(n_docs):
+        c = _neighbours(d, bands, where, start, end, docs, max_bucket, anchors, scratch)
+        for r in range(c):
+            pi[w] = d
+            pj[w] = scratch[r]
+            w += 1
+    return pi, pj
 
 
 @njit(nogil=True, cache=True)

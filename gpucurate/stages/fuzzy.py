@@ -10,6 +10,7 @@ similar than the threshold through a chain).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -134,7 +135,10 @@ class FuzzyDedup:
         masks = [participants[table.part_offsets[p]:table.part_offsets[p + 1]] for p in range(len(table.part_offsets) - 1)]
         tasks = [dask.delayed(signature_partition)(part, mask, params, self.backend)
                  for part, mask in zip(ddf.to_delayed(), masks)]
+        t0 = time.perf_counter()
         parts = executor.compute(tasks, "fuzzy: minhash")
+        steps = {"signatures": time.perf_counter() - t0}
+        t0 = time.perf_counter()
         rows = np.flatnonzero(participants).astype(np.int64)
         m = len(rows)
         keys = np.concatenate([p[0] for p in parts]) if parts else np.empty((0, self.bands), np.uint64)
@@ -143,18 +147,20 @@ class FuzzyDedup:
 
         # LSH: documents sharing any band key are candidates (stable sort keeps documents ascending)
         flat_keys = keys.ravel()
-        flat_docs = np.repeat(np.arange(m, dtype=np.int64), self.bands)
         order = np.argsort(flat_keys, kind="stable")
-        raw_pairs = pk.bucket_pairs(flat_keys[order], flat_docs[order], self.cfg.max_bucket_size,
-                                    self.cfg.bucket_anchors)
-        packed = np.unique(raw_pairs)
-        pi = (packed >> np.uint64(32)).astype(np.int64)
-        pj = (packed & np.uint64(0xFFFFFFFF)).astype(np.int64)
+        where = np.empty_like(order)
+        where[order] = np.arange(len(order))
+        pi, pj = pk.candidate_pairs(flat_keys[order], order // self.bands, where, m, self.bands,
+                                    self.cfg.max_bucket_size, self.cfg.bucket_anchors)
+        steps["lsh"] = time.perf_counter() - t0
 
+        t0 = time.perf_counter()
         if self.cfg.verify:
             scores = self._parallel_jaccard(csr_offsets, csr_values, pi, pj, executor)
         else:
             scores = pk.signature_agreement(sigs, pi, pj)
+        steps["verify"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
         edge = scores >= self.cfg.threshold
         labels = pk.components(m, pi[edge], pj[edge])
         key = table.policy_key(self.policy)[rows]
@@ -166,9 +172,10 @@ class FuzzyDedup:
                 similarity[members] = pk.jaccard_pairs(csr_offsets, csr_values, members, canon_local[members])
             else:
                 similarity[members] = pk.signature_agreement(sigs, members, canon_local[members])
+        steps["cluster"] = time.perf_counter() - t0
         stats = {"documents": int(m), "bands": self.bands, "rows": self.rows_per_band,
-                 "bucket_entries": int(len(flat_keys)), "candidate_pairs": int(len(packed)),
-                 "pair_emissions": int(len(raw_pairs)), "edges": int(edge.sum()),
+                 "bucket_entries": int(len(flat_keys)), "candidate_pairs": int(len(pi)),
+                 "edges": int(edge.sum()), "step_seconds": {k: round(v, 4) for k, v in steps.items()},
                  "shingles": int(len(csr_values)),
                  "clusters": int(len(np.unique(labels[members]))) if len(members) else 0,
                  "duplicates": int(len(members))}
