@@ -86,20 +86,6 @@ def _unit_hashes(data, words, start, end, mode, seed, unit_hash):
     return c
 
 
-@njit(inline="always", nogil=True)
-def _insert_unique(table, mask, h):
-    """Insert ``h`` into an open-addressing set (0 = empty slot); return True if it was new."""
-    slot = np.int64(h & mask)
-    while True:
-        cur = table[slot]
-        if cur == 0:
-            table[slot] = h
-            return True
-        if cur == h:
-            return False
-        slot = (slot + 1) & mask
-
-
 @njit(nogil=True, cache=True)
 def _minhash_into(hashes, perm_a, perm_b, sig):
     """``sig[i] = min over hashes of minhash_value(a_i, b_i, h)`` (kept as its own loop nest so that
@@ -167,12 +153,19 @@ def shingle_minhash(offsets, words, mode, k, seed, perm_a, perm_b, counts, sh_of
             for t in range(u, min(u + k, units)):
                 h = fold(h, unit_hash[t])
             h = fmix64(h)
-            # 0 marks an empty slot, so a (2**-64 likely) zero hash is tracked on its own
-            new = (not has_zero) if h == 0 else _insert_unique(table, mask, h)
+            # distinct shingles only: open addressing, 0 marks an empty slot, so a (2**-64 likely)
+            # zero hash is tracked on its own; written out here because a helper call is slower
             if h == 0:
+                if has_zero:
+                    continue
                 has_zero = True
-            if not new:
-                continue
+            else:
+                slot = np.int64(h & mask)
+                while table[slot] != 0 and table[slot] != h:
+                    slot = (slot + 1) & mask
+                if table[slot] == h:
+                    continue
+                table[slot] = h
             values[base + w] = h
             w += 1
         for r in range(w):  # clear only the slots this text used
