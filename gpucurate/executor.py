@@ -58,7 +58,7 @@ class Executor:
         if scheduler:
             try:
                 from distributed import Client
-                self.client = Client(scheduler, timeout="10s", set_as_default=False)
+                self.client = Client(scheduler, timeout="10s")  # the default client while the run lasts
             except (OSError, TimeoutError) as exc:
                 raise ConfigError(f"cannot connect to Dask scheduler {scheduler}: {str(exc).splitlines()[0]}") from None
             self.workers = max(1, sum(self.client.nthreads().values()))
