@@ -137,12 +137,7 @@ def test_jaccard_pairs_and_components():
 
 
 def _lsh_pairs(keys, max_bucket=1000, anchors=8):
-    n, bands = keys.shape
-    flat = keys.ravel()
-    order = np.argsort(flat, kind="stable")
-    where = np.empty_like(order)
-    where[order] = np.arange(len(order))
-    pi, pj = pairs.candidate_pairs(flat[order], order // bands, where, n, bands, max_bucket, anchors)
+    pi, pj = pairs.candidate_pairs(keys, max_bucket, anchors)
     return list(zip(pi.tolist(), pj.tolist()))
 
 

@@ -13,96 +13,82 @@ from .hashing import U64
 
 
 @njit(nogil=True, cache=True)
-def _bucket_bounds(keys):
-    """For each position of the sorted ``keys``, the start and end of its run of equal keys."""
+def bucket_pairs(keys, docs, max_bucket, anchors):
+    """Candidate pairs from LSH buckets, walked in key order (sequential memory access).
+
+    Parameters
+    ----------
+    keys : uint64[m] -- band keys sorted ascending (the band index is part of each key's hash).
+    docs : int64[m] -- the document of each key, in any order within a bucket. Large buckets are
+        sorted in place by document, so the anchors below are the same whatever the sort left.
+    max_bucket, anchors : buckets up to ``max_bucket`` members give all their pairs; in a larger one
+        the first ``anchors`` members (by document) pair with every later member and the others only
+        with their successor, which bounds the pairs of a bucket by ``m * (anchors + 1)``.
+
+    Returns
+    -------
+    uint64[p] -- ``i << 32 | j`` with ``i < j``; a pair found in several bands appears several times
+    (``unique_pairs`` removes the repeats).
+    """
     m = keys.shape[0]
-    start = np.empty(m, dtype=np.int64)
-    end = np.empty(m, dtype=np.int64)
+    total = 0
     a = 0
     while a < m:
         b = a + 1
         while b < m and keys[b] == keys[a]:
             b += 1
-        for q in range(a, b):
-            start[q] = a
-            end[q] = b
+        size = b - a
+        total += size * (size - 1) // 2 if size <= max_bucket else (size - 1) * (anchors + 1)
         a = b
-    return start, end
-
-
-@njit(nogil=True, cache=True)
-def _neighbours(doc, bands, where, start, end, docs, max_bucket, anchors, scratch):
-    """Distinct partners ``j > doc`` of one document over all its buckets, sorted, in ``scratch``;
-    returns their count."""
-    c = 0
-    for band in range(bands):
-        p = where[doc * bands + band]
-        a, b = start[p], end[p]
-        if b - a <= max_bucket:
-            for q in range(p + 1, b):
-                scratch[c] = docs[q]
-                c += 1
-        elif p - a < anchors:  # an anchor of a large bucket pairs with every later member
-            for q in range(p + 1, b):
-                scratch[c] = docs[q]
-                c += 1
-        elif p + 1 < b:  # any other member only with its successor
-            scratch[c] = docs[p + 1]
-            c += 1
-    if c > 1:
-        seg = scratch[:c]
-        seg.sort()
-        w = 1
-        for r in range(1, c):
-            if seg[r] != seg[w - 1]:
-                seg[w] = seg[r]
-                w += 1
-        c = w
-    return c
-
-
-@njit(nogil=True, cache=True)
-def candidate_pairs(keys, docs, where, n_docs, bands, max_bucket, anchors):
-    """Distinct LSH candidate pairs, sorted by ``(i, j)`` with ``i < j``.
-
-    Parameters
-    ----------
-    keys : uint64[n_docs * bands] -- band keys sorted ascending (band index is part of the key hash).
-    docs : int64[...] -- the document of each sorted key; ascending within a bucket (stable sort of the
-        document-major key array).
-    where : int64[n_docs * bands] -- sorted position of the key of (document d, band j) at ``d * bands + j``.
-    max_bucket, anchors : buckets up to ``max_bucket`` members give all their pairs; in a larger one the
-        first ``anchors`` members pair with everyone and the others only with their successor.
-
-    Pairs are collected per document (its partners in all its buckets, de-duplicated locally), so no
-    global sort of the (bands times larger) raw pair list is needed.
-
-    Returns
-    -------
-    pi, pj : int64[p]
-    """
-    start, end = _bucket_bounds(keys)
-    cap = 16
-    for d in range(n_docs):
-        need = 0
-        for band in range(bands):
-            p = where[d * bands + band]
-            need += end[p] - p - 1
-        cap = max(cap, need)
-    scratch = np.empty(cap, dtype=np.int64)
-    total = 0
-    for d in range(n_docs):
-        total += _neighbours(d, bands, where, start, end, docs, max_bucket, anchors, scratch)
-    pi = np.empty(total, dtype=np.int64)
-    pj = np.empty(total, dtype=np.int64)
+    out = np.empty(total, dtype=np.uint64)
     w = 0
-    for d in range(n_docs):
-        c = _neighbours(d, bands, where, start, end, docs, max_bucket, anchors, scratch)
-        for r in range(c):
-            pi[w] = d
-            pj[w] = scratch[r]
-            w += 1
-    return pi, pj
+    a = 0
+    while a < m:
+        b = a + 1
+        while b < m and keys[b] == keys[a]:
+            b += 1
+        if b - a <= max_bucket:
+            for x in range(a, b):
+                for y in range(x + 1, b):
+                    i, j = min(docs[x], docs[y]), max(docs[x], docs[y])
+                    if i != j:
+                        out[w] = (U64(i) << U64(32)) | U64(j)
+                        w += 1
+        else:
+            docs[a:b].sort()
+            for y in range(a + 1, b):
+                lim = min(a + anchors, y)
+                for x in range(a, lim):
+                    out[w] = (U64(docs[x]) << U64(32)) | U64(docs[y])
+                    w += 1
+                if y - 1 >= lim:
+                    out[w] = (U64(docs[y - 1]) << U64(32)) | U64(docs[y])
+                    w += 1
+        a = b
+    return out[:w]
+
+
+def unique_pairs(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct pairs of ``bucket_pairs``, sorted by ``(i, j)``: ``(pi, pj)`` int64 arrays.
+
+    ``np.sort`` + a mask, which is many times faster than ``np.unique`` on tens of millions of keys."""
+    if len(packed) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    s = np.sort(packed)
+    keep = np.empty(len(s), dtype=bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    s = s[keep]
+    return (s >> np.uint64(32)).astype(np.int64), (s & np.uint64(0xFFFFFFFF)).astype(np.int64)
+
+
+def candidate_pairs(band_keys: np.ndarray, max_bucket: int, anchors: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct LSH candidate pairs of documents ``0..n-1`` given their ``uint64[n, bands]`` band keys;
+    sorted by ``(i, j)`` with ``i < j``. Deterministic: the result does not depend on sort stability."""
+    n, bands = band_keys.shape
+    flat = band_keys.ravel()
+    order = np.argsort(flat)
+    return unique_pairs(bucket_pairs(flat[order], order // bands, max_bucket, anchors))
 
 
 @njit(nogil=True, cache=True)

@@ -145,13 +145,8 @@ class FuzzyDedup:
         csr_offsets, csr_values = _concat_csr(parts)
         sigs = np.concatenate([p[3] for p in parts]) if params.keep_signatures else None
 
-        # LSH: documents sharing any band key are candidates (stable sort keeps documents ascending)
-        flat_keys = keys.ravel()
-        order = np.argsort(flat_keys, kind="stable")
-        where = np.empty_like(order)
-        where[order] = np.arange(len(order))
-        pi, pj = pk.candidate_pairs(flat_keys[order], order // self.bands, where, m, self.bands,
-                                    self.cfg.max_bucket_size, self.cfg.bucket_anchors)
+        # LSH: documents sharing any band key are candidates
+        pi, pj = pk.candidate_pairs(keys, self.cfg.max_bucket_size, self.cfg.bucket_anchors)
         steps["lsh"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -174,7 +169,7 @@ class FuzzyDedup:
                 similarity[members] = pk.signature_agreement(sigs, members, canon_local[members])
         steps["cluster"] = time.perf_counter() - t0
         stats = {"documents": int(m), "bands": self.bands, "rows": self.rows_per_band,
-                 "bucket_entries": int(len(flat_keys)), "candidate_pairs": int(len(pi)),
+                 "bucket_entries": int(keys.size), "candidate_pairs": int(len(pi)),
                  "edges": int(edge.sum()), "step_seconds": {k: round(v, 4) for k, v in steps.items()},
                  "shingles": int(len(csr_values)),
                  "clusters": int(len(np.unique(labels[members]))) if len(members) else 0,
