@@ -27,8 +27,8 @@ from common import enlarge, print_table, reuters_bodies, timed, write_json  # no
 
 import gpucurate  # noqa: E402
 from gpucurate.evaluate import cluster_metrics, connected_components, exact_similar_pairs  # noqa: E402
-from gpucurate.kernels.hashing import padded_words, permutations  # noqa: E402
-from gpucurate.kernels.minhash import WORD, shingle_counts, shingle_minhash  # noqa: E402
+from gpucurate.kernels.hashing import permutations  # noqa: E402
+from gpucurate.kernels.minhash import WORD, signatures  # noqa: E402
 from gpucurate.text import arrow_buffers, normalize, reference_shingles  # noqa: E402
 
 THRESHOLD, NUM_PERM, SEED, K = 0.8, 128, 42, 5
@@ -39,14 +39,11 @@ def gpucurate_signatures(arr: pa.Array, workers: int) -> int:
     in ``workers`` threads over chunks."""
     from concurrent.futures import ThreadPoolExecutor
     a, b = permutations(NUM_PERM, SEED)
-    chunks = np.array_split(np.arange(len(arr)), workers * 4)
+    chunks = np.array_split(np.arange(len(arr)), max(workers * 4, len(arr) // 5000))
 
     def one(idx):
         offsets, data = arrow_buffers(normalize(arr.slice(idx[0], len(idx))))
-        counts = shingle_counts(offsets, data, WORD, K)
-        sh = np.zeros(len(counts) + 1, np.int64)
-        np.cumsum(counts, out=sh[1:])
-        return shingle_minhash(offsets, padded_words(data), WORD, K, np.uint64(SEED), a, b, counts, sh)[0].shape[0]
+        return signatures(offsets, data, WORD, K, np.uint64(SEED), a, b)[0].shape[0]
 
     with ThreadPoolExecutor(workers) as pool:
         return sum(pool.map(one, [c for c in chunks if len(c)]))
@@ -55,14 +52,9 @@ def gpucurate_signatures(arr: pa.Array, workers: int) -> int:
 def ground_truth(norm_texts: list[str]):
     """Exact pairs (i, j) with Jaccard >= THRESHOLD over gpucurate's shingle sets (sorted CSR)."""
     offsets, data = arrow_buffers(pa.array(norm_texts, type=pa.large_string()))
-    counts = shingle_counts(offsets, data, WORD, K)
-    sh = np.zeros(len(counts) + 1, np.int64)
-    np.cumsum(counts, out=sh[1:])
     a, b = permutations(8, SEED)
-    _, uniq, values = shingle_minhash(offsets, padded_words(data), WORD, K, np.uint64(SEED), a, b, counts, sh)
-    csr_off = np.zeros(len(uniq) + 1, np.int64)
-    np.cumsum(uniq, out=csr_off[1:])
-    csr_val = np.concatenate([np.sort(values[sh[d]:sh[d] + uniq[d]]) for d in range(len(uniq))])
+    _, csr_off, values = signatures(offsets, data, WORD, K, np.uint64(SEED), a, b)
+    csr_val = np.concatenate([np.sort(values[csr_off[d]:csr_off[d + 1]]) for d in range(len(csr_off) - 1)])
     i, j, _ = exact_similar_pairs(csr_off, csr_val, THRESHOLD)
     return i, j
 
@@ -173,9 +165,8 @@ def bench(factor: int, texts: list[str], peers: bool, workers: int, tmp: Path) -
         m = cluster_metrics(lab, true_i, true_j, n)
         results[tool].update({k: m[k] for k in ("pair_precision", "pair_recall", "edge_recall", "false_merges",
                                                 "missed_merges")})
-    for tool, r in results.items():
+    for r in results.values():
         r["docs_per_s"] = round(n / r["seconds"], 1)
-    results["gpucurate signatures"]["docs_per_s"] = round(n / results["gpucurate signatures"]["seconds"], 1)
     return {"factor": factor, "documents": n, "text_mb": round(mb, 1), "true_pairs": int(len(true_i)),
             "ground_truth_seconds": round(truth_seconds, 2), "tools": results}
 

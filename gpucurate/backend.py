@@ -16,7 +16,7 @@ from .errors import ConfigError
 @dataclass(frozen=True)
 class Backend:
     name: str
-    minhash: ModuleType  # text_hashes, shingle_counts, shingle_minhash, compact_csr, band_keys
+    minhash: ModuleType  # text_hashes, signatures, band_keys
     pairs: ModuleType  # bucket_pairs, jaccard_pairs, signature_agreement, components
 
 

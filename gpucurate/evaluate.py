@@ -29,6 +29,7 @@ import numpy as np
 from numba import njit
 
 from .errors import ConfigError
+from .kernels.pairs import components
 
 __all__ = [
     "exact_similar_pairs",
@@ -451,30 +452,6 @@ def _jaccard_pairs(offsets, values, pi, pj):
     return out
 
 
-@njit(inline="always", nogil=True)
-def _find(parent, x):
-    while parent[x] != x:
-        parent[x] = parent[parent[x]]  # path halving
-        x = parent[x]
-    return x
-
-
-@njit(nogil=True, cache=True)
-def _union_find_labels(n, ei, ej):
-    parent = np.arange(n)
-    for k in range(ei.shape[0]):
-        ra = _find(parent, ei[k])
-        rb = _find(parent, ej[k])
-        # the smaller root wins, so every root is its component's smallest member
-        if ra < rb:
-            parent[rb] = ra
-        elif rb < ra:
-            parent[ra] = rb
-    for x in range(n):
-        parent[x] = _find(parent, x)
-    return parent
-
-
 # ----------------------------------------------------------------------------------------------------
 # public API
 # ----------------------------------------------------------------------------------------------------
@@ -706,7 +683,7 @@ def connected_components(n, i, j):
         raise EvaluateArgumentError("i and j must have the same length")
     if i.size and (min(i.min(), j.min()) < 0 or max(i.max(), j.max()) >= n):
         raise EvaluateArgumentError(f"edge endpoints must be in [0, {n})")
-    return _union_find_labels(n, i, j)
+    return components(n, i, j)
 
 
 def _pairs(counts):

@@ -7,7 +7,6 @@ import os
 import platform
 import time
 from contextlib import contextmanager
-from pathlib import Path
 
 import dask
 import numpy as np

@@ -47,14 +47,11 @@ def test_shingle_hashes_and_signatures_match_reference(mode, k):
     assert arr.to_pylist() == texts
     offsets, data = arrow_buffers(arr)
     code = minhash.WORD if mode == "word" else minhash.CHAR
-    counts = minhash.shingle_counts(offsets, data, code, k)
+    _, cursor = minhash.unit_bounds(offsets, data, code)
+    counts = minhash.shingle_counts(offsets, cursor, code, k)
     assert counts.tolist() == [len(reference_shingles(t, mode, k)) for t in texts]
-    sh_off = np.zeros(len(counts) + 1, np.int64)
-    np.cumsum(counts, out=sh_off[1:])
     a, b = permutations(32, 7)
-    sigs, uniq, values = minhash.shingle_minhash(offsets, padded_words(data), code, k, np.uint64(7), a, b,
-                                                 counts, sh_off)
-    csr_off, csr_val = minhash.compact_csr(sh_off, uniq, values)
+    sigs, csr_off, csr_val = minhash.signatures(offsets, data, code, k, np.uint64(7), a, b)
     for d, t in enumerate(texts):
         expected = reference_shingle_hashes(t, mode, k, 7)
         got = csr_val[csr_off[d]:csr_off[d + 1]]
@@ -67,13 +64,9 @@ def test_shingle_hashes_and_signatures_match_reference(mode, k):
 
 def test_empty_text_has_no_shingles_and_an_empty_signature():
     offsets, data = arrow_buffers(pa.array(["", "x y"], type=pa.large_string()))
-    counts = minhash.shingle_counts(offsets, data, minhash.WORD, 5)
-    assert counts.tolist() == [0, 1]
-    sh_off = np.array([0, 0, 1])
     a, b = permutations(8, 1)
-    sigs, uniq, _ = minhash.shingle_minhash(offsets, padded_words(data), minhash.WORD, 5, np.uint64(1), a, b,
-                                            counts, sh_off)
-    assert (sigs[0] == 0xFFFFFFFF).all() and uniq.tolist() == [0, 1]
+    sigs, csr_off, _ = minhash.signatures(offsets, data, minhash.WORD, 5, np.uint64(1), a, b)
+    assert (sigs[0] == 0xFFFFFFFF).all() and np.diff(csr_off).tolist() == [0, 1]
 
 
 def test_minhash_estimates_jaccard_without_bias():
@@ -90,12 +83,8 @@ def test_minhash_estimates_jaccard_without_bias():
         sb = reference_shingle_hashes(" ".join(other), "word", 5, 42)
         truth.append(len(sa & sb) / len(sa | sb))
     offsets, data = arrow_buffers(pa.array(texts, type=pa.large_string()))
-    counts = minhash.shingle_counts(offsets, data, minhash.WORD, 5)
-    sh_off = np.zeros(len(counts) + 1, np.int64)
-    np.cumsum(counts, out=sh_off[1:])
     a, b = permutations(256, 42)
-    sigs, _, _ = minhash.shingle_minhash(offsets, padded_words(data), minhash.WORD, 5, np.uint64(42), a, b,
-                                         counts, sh_off)
+    sigs, _, _ = minhash.signatures(offsets, data, minhash.WORD, 5, np.uint64(42), a, b)
     est = pairs.signature_agreement(sigs, np.arange(0, 400, 2), np.arange(1, 400, 2))
     err = est - np.array(truth)
     assert abs(err.mean()) < 0.01
@@ -162,3 +151,14 @@ def test_candidate_pairs_in_a_large_bucket_go_through_anchors():
 def test_band_seed_differs_per_band():
     seeds = {int(band_seed(np.uint64(42), j)) for j in range(64)}
     assert len(seeds) == 64
+
+
+def test_signatures_do_not_depend_on_the_batch_size():
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(["a", "bb", "ccc", "d", "ё", "가"], rng.integers(0, 50))) for _ in range(3000)]
+    offsets, data = arrow_buffers(normalize(pa.array(texts)))
+    a, b = permutations(16, 1)
+    whole = minhash.signatures(offsets, data, minhash.WORD, 3, np.uint64(1), a, b)
+    for batch in (1, 100, 5000):
+        parts = minhash.signatures(offsets, data, minhash.WORD, 3, np.uint64(1), a, b, batch_bytes=batch)
+        assert all(np.array_equal(x, y) for x, y in zip(whole, parts))

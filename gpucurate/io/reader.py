@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from ..config import Config, InputConfig
+from ..config import InputConfig
 from ..errors import InputError
 from ..kernels.text import nonblank_lines
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .hashing import EXACT_SEED, M2, U64, band_seed, fmix64, fold, hash_bytes, minhash_value
+from .hashing import EXACT_SEED, M2, U64, band_seed, fmix64, fold, hash_bytes, minhash_value, padded_words
 
 WORD, CHAR = 0, 1
 EMPTY_SIG = np.uint32(0xFFFFFFFF)
@@ -32,57 +32,40 @@ def text_hashes(offsets, words):
     return out
 
 
-@njit(nogil=True, cache=True)
-def _unit_count(data, start, end, mode):
-    """Number of words (word mode) or code points (char mode) of a non-empty text."""
-    c = 0
-    if mode == WORD:
-        c = 1
-        for i in range(start, end):
-            if data[i] == 32:
-                c += 1
-    else:
-        for i in range(start, end):
-            if (data[i] & 0xC0) != 0x80:
-                c += 1
-    return c
+def unit_bounds(offsets: np.ndarray, data: np.ndarray, mode: int) -> tuple[np.ndarray, np.ndarray]:
+    """Unit boundaries of every text, found for the whole buffer at once (vectorized).
+
+    Returns ``(bounds, cursor)``: in word mode ``bounds`` holds the byte offsets of the spaces, in
+    char mode the offsets where code points start; text ``d`` owns ``bounds[cursor[d]:cursor[d + 1]]``.
+    """
+    bounds = np.flatnonzero(data == 32) if mode == WORD else np.flatnonzero((data & 0xC0) != 0x80)
+    return bounds, np.searchsorted(bounds, offsets).astype(np.int64)
 
 
-@njit(nogil=True, cache=True)
-def shingle_counts(offsets, data, mode, k):
+def shingle_counts(offsets: np.ndarray, cursor: np.ndarray, mode: int, k: int) -> np.ndarray:
     """``int64[n]`` number of shingles of each text (0 for an empty text)."""
-    n = offsets.shape[0] - 1
-    out = np.zeros(n, dtype=np.int64)
-    for d in range(n):
-        s, e = offsets[d], offsets[d + 1]
-        if e > s:
-            units = _unit_count(data, s, e, mode)
-            out[d] = units - k + 1 if units > k else 1
-    return out
+    units = np.diff(cursor) + (1 if mode == WORD else 0)
+    units[np.diff(offsets) == 0] = 0
+    return np.where(units > k, units - k + 1, np.minimum(units, 1)).astype(np.int64)
 
 
 @njit(nogil=True, cache=True)
-def _unit_hashes(data, words, start, end, mode, seed, unit_hash):
+def _unit_hashes(words, bounds, lo, hi, start, end, mode, seed, unit_hash):
     """Hash every unit (word or code point) of a non-empty text into ``unit_hash``; return the count."""
     c = 0
     if mode == WORD:
         w0 = start
-        for i in range(start, end):
-            if data[i] == 32:
-                unit_hash[c] = hash_bytes(words, w0, i, seed)
-                c += 1
-                w0 = i + 1
+        for q in range(lo, hi):
+            unit_hash[c] = hash_bytes(words, w0, bounds[q], seed)
+            w0 = bounds[q] + 1
+            c += 1
         unit_hash[c] = hash_bytes(words, w0, end, seed)
         c += 1
     else:
-        i = start
-        while i < end:
-            j = i + 1
-            while j < end and (data[j] & 0xC0) == 0x80:
-                j += 1
-            unit_hash[c] = hash_bytes(words, i, j, seed)
+        for q in range(lo, hi):
+            stop = bounds[q + 1] if q + 1 < hi else end
+            unit_hash[c] = hash_bytes(words, bounds[q], stop, seed)
             c += 1
-            i = j
     return c
 
 
@@ -100,17 +83,19 @@ def _minhash_into(hashes, perm_a, perm_b, sig):
 
 
 @njit(nogil=True, cache=True)
-def shingle_minhash(offsets, words, mode, k, seed, perm_a, perm_b, counts, sh_offsets):
+def shingle_minhash(offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_b, counts, sh_offsets):
     """MinHash signatures and distinct shingle hashes of every text.
 
     Parameters
     ----------
     offsets, words : int64[n + 1], uint64[m // 8 + 2] -- Arrow string buffers of the normalized
         texts, the bytes as ``hashing.padded_words``.
+    bounds, cursor : ``unit_bounds``.
     mode, k : WORD or CHAR, shingle length in units.
     seed : uint64 -- shingle hash seed.
     perm_a, perm_b : uint64[P] -- permutations (``hashing.permutations``).
     counts : int64[n] -- ``shingle_counts``; sh_offsets : int64[n + 1] -- its exclusive cumsum.
+    (``signatures`` does all of this; this is the compiled core.)
 
     Returns
     -------
@@ -119,7 +104,6 @@ def shingle_minhash(offsets, words, mode, k, seed, perm_a, perm_b, counts, sh_of
         ``values[sh_offsets[d] : sh_offsets[d] + uniq_counts[d]]``.
     values : uint64[sh_offsets[-1]]
     """
-    data = words.view(np.uint8)
     n = offsets.shape[0] - 1
     P = perm_a.shape[0]
     sigs = np.full((n, P), EMPTY_SIG, dtype=np.uint32)
@@ -139,7 +123,7 @@ def shingle_minhash(offsets, words, mode, k, seed, perm_a, perm_b, counts, sh_of
         s, e = offsets[d], offsets[d + 1]
         if e <= s:
             continue
-        units = _unit_hashes(data, words, s, e, mode, seed, unit_hash)
+        units = _unit_hashes(words, bounds, cursor[d], cursor[d + 1], s, e, mode, seed, unit_hash)
         nsh = counts[d]
         size = 16
         while size < 2 * nsh:
@@ -193,6 +177,44 @@ def compact_csr(sh_offsets, uniq_counts, values):
     for d in range(n):
         out[out_off[d]:out_off[d + 1]] = values[sh_offsets[d]:sh_offsets[d] + uniq_counts[d]]
     return out_off, out
+
+
+def signatures(offsets: np.ndarray, data: np.ndarray, mode: int, k: int, seed: np.uint64, perm_a: np.ndarray,
+               perm_b: np.ndarray, batch_bytes: int = 1 << 22) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """MinHash signatures and distinct shingle sets of normalized texts (Arrow buffers).
+
+    Texts are processed in batches of about ``batch_bytes`` of text so that the working set stays in
+    cache whatever the partition size (this alone is worth ~25% at 50k-document partitions).
+
+    Returns ``(sigs uint32[n, P], csr_offsets int64[n + 1], csr_values uint64[...])``; text ``d``'s
+    distinct shingle hashes are ``csr_values[csr_offsets[d]:csr_offsets[d + 1]]`` (first-seen order).
+    """
+    n = len(offsets) - 1
+    cuts = [0]
+    while cuts[-1] < n:
+        target = offsets[cuts[-1]] + batch_bytes
+        cuts.append(max(cuts[-1] + 1, min(n, int(np.searchsorted(offsets, target, side="right")) - 1)))
+    sig_parts, off_parts, val_parts = [], [], []
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        start, stop = offsets[lo], offsets[hi]
+        batch_offsets = offsets[lo:hi + 1] - start
+        batch_data = data[start:stop]
+        bounds, cursor = unit_bounds(batch_offsets, batch_data, mode)
+        counts = shingle_counts(batch_offsets, cursor, mode, k)
+        sh_offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=sh_offsets[1:])
+        sigs, uniq, values = shingle_minhash(batch_offsets, padded_words(batch_data), bounds, cursor, mode, k,
+                                             seed, perm_a, perm_b, counts, sh_offsets)
+        csr_offsets, csr_values = compact_csr(sh_offsets, uniq, values)
+        sig_parts.append(sigs)
+        off_parts.append(np.diff(csr_offsets))
+        val_parts.append(csr_values)
+    csr_offsets = np.zeros(n + 1, dtype=np.int64)
+    if n:
+        np.cumsum(np.concatenate(off_parts), out=csr_offsets[1:])
+    if not sig_parts:
+        return np.empty((0, len(perm_a)), np.uint32), csr_offsets, np.empty(0, np.uint64)
+    return np.concatenate(sig_parts), csr_offsets, np.concatenate(val_parts)
 
 
 @njit(nogil=True, cache=True)

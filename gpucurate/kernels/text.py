@@ -6,6 +6,14 @@ import numpy as np
 from numba import njit
 
 
+# byte tables (numba freezes global arrays as constants): ASCII whitespace, and the lead bytes of
+# the multi-byte whitespace characters (U+0085, U+00A0: C2; U+1680: E1; U+2000-U+205F: E2; U+3000: E3)
+_ASCII_SPACE = np.zeros(256, dtype=np.bool_)
+_ASCII_SPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
+_MULTIBYTE_SPACE_LEAD = np.zeros(256, dtype=np.bool_)
+_MULTIBYTE_SPACE_LEAD[[0xC2, 0xE1, 0xE2, 0xE3]] = True
+
+
 @njit(nogil=True, cache=True)
 def collapse_whitespace(offsets, data):
     """Trim each text and replace every run of whitespace by one space.
@@ -18,7 +26,7 @@ def collapse_whitespace(offsets, data):
     Returns new ``(offsets int64[n + 1], data uint8[m'])``.
     """
     n = offsets.shape[0] - 1
-    out = np.empty(offsets[n] - offsets[0], dtype=np.uint8)
+    out = np.empty(offsets[n] - offsets[0] + 1, dtype=np.uint8)
     out_off = np.empty(n + 1, dtype=np.int64)
     w = 0
     out_off[0] = 0
@@ -26,41 +34,29 @@ def collapse_whitespace(offsets, data):
         i = offsets[d]
         end = offsets[d + 1]
         start_w = w
-        pending = False
+        prev_space = True  # at the start, whitespace is dropped
         while i < end:
             c = data[i]
-            sl = 0
-            if c < 128:
-                if c == 32 or (c >= 9 and c <= 13) or (c >= 28 and c <= 31):
-                    sl = 1
-            elif c == 0xC2:
-                if i + 1 < end:
+            width = 1
+            ws = _ASCII_SPACE[c]
+            if _MULTIBYTE_SPACE_LEAD[c]:
+                if c == 0xC2:
+                    if i + 1 < end and (data[i + 1] == 0x85 or data[i + 1] == 0xA0):
+                        ws, width = True, 2
+                elif i + 2 < end:
                     c1 = data[i + 1]
-                    if c1 == 0x85 or c1 == 0xA0:
-                        sl = 2
-            elif c >= 0xE1 and c <= 0xE3 and i + 2 < end:
-                c1 = data[i + 1]
-                c2 = data[i + 2]
-                if c == 0xE1:
-                    if c1 == 0x9A and c2 == 0x80:
-                        sl = 3
-                elif c == 0xE2:
-                    if (c1 == 0x80 and (c2 <= 0x8A or c2 == 0xA8 or c2 == 0xA9 or c2 == 0xAF)) or \
-                            (c1 == 0x81 and c2 == 0x9F):
-                        sl = 3
-                elif c1 == 0x80 and c2 == 0x80:
-                    sl = 3
-            if sl > 0:
-                pending = w > start_w
-                i += sl
-            else:
-                if pending:
-                    out[w] = 32
-                    w += 1
-                    pending = False
-                out[w] = c
-                w += 1
-                i += 1
+                    c2 = data[i + 2]
+                    if (c == 0xE1 and c1 == 0x9A and c2 == 0x80) or (c == 0xE3 and c1 == 0x80 and c2 == 0x80) or \
+                            (c == 0xE2 and ((c1 == 0x80 and (c2 <= 0x8A or c2 == 0xA8 or c2 == 0xA9 or c2 == 0xAF))
+                                            or (c1 == 0x81 and c2 == 0x9F))):
+                        ws, width = True, 3
+            # branch-free in the common case: write the byte (or a space), keep it unless it repeats a space
+            out[w] = 32 if ws else c
+            w += 1 - (ws & prev_space)
+            prev_space = ws
+            i += width
+        if w > start_w and prev_space:
+            w -= 1
         out_off[d + 1] = w
     return out_off, out[:w]
 

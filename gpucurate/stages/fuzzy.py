@@ -21,7 +21,7 @@ import pandas as pd
 from ..backend import Backend
 from ..config import FuzzyConfig
 from ..executor import Executor
-from ..kernels.hashing import padded_words, permutations
+from ..kernels.hashing import permutations
 from ..kernels.minhash import CHAR, WORD
 from ..table import DocTable, canonicals
 from ..text import arrow_buffers
@@ -74,13 +74,8 @@ def signature_partition(df: pd.DataFrame, mask: np.ndarray, params: FuzzyParams,
         rows = np.flatnonzero(mask)
         import pyarrow as pa
         offsets, data = arrow_buffers(pa.chunked_array(arr).combine_chunks().take(pa.array(rows)))
-    words = padded_words(data)
-    counts = k.shingle_counts(offsets, data, params.mode, params.k)
-    sh_offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=sh_offsets[1:])
-    sigs, uniq, values = k.shingle_minhash(offsets, words, params.mode, params.k, params.seed,
-                                           params.perm_a, params.perm_b, counts, sh_offsets)
-    csr_offsets, csr_values = k.compact_csr(sh_offsets, uniq, values)
+    sigs, csr_offsets, csr_values = k.signatures(offsets, data, params.mode, params.k, params.seed, params.perm_a,
+                                                 params.perm_b)
     keys = k.band_keys(sigs, params.bands, params.rows, params.seed)
     return keys, csr_offsets, csr_values, (sigs if params.keep_signatures else None)
 
