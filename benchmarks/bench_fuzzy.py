@@ -49,6 +49,43 @@ def gpucurate_signatures(arr: pa.Array, workers: int) -> int:
         return sum(pool.map(one, [c for c in chunks if len(c)]))
 
 
+def rensa_signatures(norm_texts: list[str]) -> int:
+    from rensa import RMinHash
+    for sh in python_shingles(norm_texts):
+        m = RMinHash(num_perm=NUM_PERM, seed=SEED)
+        m.update(sh)
+    return len(norm_texts)
+
+
+def datasketch_signatures(norm_texts: list[str]) -> int:
+    from datasketch import MinHash
+    for sh in python_shingles(norm_texts):
+        MinHash(num_perm=NUM_PERM, seed=SEED).update_batch([s.encode("utf-8") for s in sh])
+    return len(norm_texts)
+
+
+def signature_throughput(raw_arrow: pa.Array, norm: list[str], workers: int, repeat: int, peers: bool) -> dict:
+    """Best-of-``repeat`` documents/s of signature computation, the tools interleaved so that machine
+    noise hits them alike. gpucurate starts from raw text (normalization included), the peers from the
+    normalized text with their Python shingling included. datasketch runs on a 20,000-document sample."""
+    sample = norm[:20000]
+    tools = {"gpucurate": (lambda: gpucurate_signatures(raw_arrow, workers), len(norm))}
+    if peers:
+        tools["rensa"] = (lambda: rensa_signatures(norm), len(norm))
+        tools["datasketch"] = (lambda: datasketch_signatures(sample), len(sample))
+    best = {name: float("inf") for name in tools}
+    for _ in range(repeat):
+        for name, (fn, _) in tools.items():
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    out = {name: round(count / best[name], 1) for name, (_, count) in tools.items()}
+    if peers:
+        out["speedup_vs_rensa"] = round(out["gpucurate"] / out["rensa"], 2)
+        out["speedup_vs_datasketch"] = round(out["gpucurate"] / out["datasketch"], 2)
+    return out
+
+
 def ground_truth(norm_texts: list[str]):
     """Exact pairs (i, j) with Jaccard >= THRESHOLD over gpucurate's shingle sets (sorted CSR)."""
     offsets, data = arrow_buffers(pa.array(norm_texts, type=pa.large_string()))
@@ -130,7 +167,7 @@ def run_datasketch(norm_texts, results):
     return labels
 
 
-def bench(factor: int, texts: list[str], peers: bool, workers: int, tmp: Path) -> dict:
+def bench(factor: int, texts: list[str], peers: bool, workers: int, repeat: int, tmp: Path) -> dict:
     raw = enlarge(texts, factor)
     n = len(raw)
     mb = sum(len(t.encode()) for t in raw) / 1e6
@@ -142,8 +179,7 @@ def bench(factor: int, texts: list[str], peers: bool, workers: int, tmp: Path) -
     results: dict = {}
 
     raw_arrow = pa.array(raw, type=pa.large_string())
-    with timed(results, "gpucurate signatures"):
-        gpucurate_signatures(raw_arrow, workers)
+    sig = signature_throughput(raw_arrow, norm, workers, repeat, peers)
     src = tmp / f"reuters_{factor}x.parquet"
     pq.write_table(pa.table({"id": np.arange(n), "text": raw}), src, row_group_size=max(1, n // (4 * workers)))
     with timed(results, "gpucurate"):
@@ -168,7 +204,7 @@ def bench(factor: int, texts: list[str], peers: bool, workers: int, tmp: Path) -
     for r in results.values():
         r["docs_per_s"] = round(n / r["seconds"], 1)
     return {"factor": factor, "documents": n, "text_mb": round(mb, 1), "true_pairs": int(len(true_i)),
-            "ground_truth_seconds": round(truth_seconds, 2), "tools": results}
+            "ground_truth_seconds": round(truth_seconds, 2), "signature_docs_per_s": sig, "tools": results}
 
 
 def main(argv=None) -> int:
@@ -176,6 +212,7 @@ def main(argv=None) -> int:
     p.add_argument("--factors", default="1,10", help="enlargement factors (default 1,10)")
     p.add_argument("--no-peers", action="store_true", help="only gpucurate")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--repeat", type=int, default=3, help="best-of-N for the signature throughput (default 3)")
     p.add_argument("--out", default="benchmarks/results/fuzzy.json")
     args = p.parse_args(argv)
     texts, _ = reuters_bodies()
@@ -187,7 +224,7 @@ def main(argv=None) -> int:
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for factor in [int(f) for f in args.factors.split(",")]:
-            runs.append(bench(factor, texts, not args.no_peers, args.workers, Path(tmp)))
+            runs.append(bench(factor, texts, not args.no_peers, args.workers, args.repeat, Path(tmp)))
     report = {"threshold": THRESHOLD, "num_perm": NUM_PERM, "shingles": f"word {K}-grams", "runs": runs}
     base = {r["factor"]: r["tools"]["gpucurate"]["docs_per_s"] for r in runs}
     if 1 in base and len(base) > 1:
@@ -198,18 +235,13 @@ def main(argv=None) -> int:
         for peer in ("rensa", "rensa+verify", "datasketch"):
             if peer in tools:
                 tools[peer]["gpucurate_speedup"] = round(tools[peer]["seconds"] / g["seconds"], 2)
-        if "rensa" in tools:
-            sig = tools["gpucurate signatures"]["docs_per_s"]
-            r["signature_speedup"] = {"vs_rensa": round(sig / tools["rensa"]["signature_docs_per_s"], 2),
-                                      "vs_datasketch": round(sig / tools["datasketch"]["signature_docs_per_s"], 2)}
         rows = [dict(tool=k, **v) for k, v in tools.items()]
         print_table(rows, ["tool", "seconds", "docs_per_s", "signature_docs_per_s", "peak_mib", "pair_precision",
                            "pair_recall", "edge_recall", "false_merges", "gpucurate_speedup"],
                     f"{r['factor']}x Reuters: {r['documents']:,} docs, {r['true_pairs']:,} true pairs "
                     f"(threshold {THRESHOLD})")
-        if "signature_speedup" in r:
-            print(f"signatures from raw text: {r['signature_speedup']['vs_rensa']}x rensa, "
-                  f"{r['signature_speedup']['vs_datasketch']}x datasketch")
+        sig = r["signature_docs_per_s"]
+        print(f"signature throughput (best of {args.repeat}, docs/s): " + ", ".join(f"{k} {v:,}" for k, v in sig.items()))
     if "throughput_ratio_vs_1x" in report:
         print(f"gpucurate throughput relative to 1x: {report['throughput_ratio_vs_1x']}")
     write_json(report, args.out)
