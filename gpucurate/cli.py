@@ -75,6 +75,8 @@ def print_summary(summary: dict, output: str) -> None:
                   f"{fz['duplicates']:,}", f"{fz['remaining']:,}", f"{times.get('fuzzy', 0):.2f}")
     t.add_row("write", "", "", "", f"{times.get('write', 0):.2f}")
     console.print(t)
+    if summary.get("jit_compiled"):
+        console.print("note: this run compiled the numba kernels (once; later runs load them from the cache)")
     console.print(f"{summary['wall_time_s']:.2f} s wall, {summary['docs_per_s']:,.0f} docs/s; "
                   f"skipped {len(summary['skipped'])} file(s)/row(s); output in {output}")
 

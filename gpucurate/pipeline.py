@@ -119,6 +119,17 @@ def _locator(specs):
     return describe
 
 
+def _jit_compiled() -> bool:
+    """Whether this process compiled any kernel instead of loading it from numba's cache."""
+    from numba.core.registry import CPUDispatcher
+    from .kernels import minhash, pairs, text
+    for module in (minhash, pairs, text):
+        for obj in vars(module).values():
+            if isinstance(obj, CPUDispatcher) and obj._cache is not None and sum(obj.stats.cache_misses.values()):
+                return True
+    return False
+
+
 def _summary(cfg, inputs, specs, report, table, exact, fuzzy, annotations, timer, wall, backend, executor) -> dict:
     n = table.n
     keep = int(np.asarray(annotations.column("keep")).sum())
@@ -149,6 +160,7 @@ def _summary(cfg, inputs, specs, report, table, exact, fuzzy, annotations, timer
         "executor": executor,
         "timings_s": timer.times,
         "wall_time_s": round(wall, 4),
+        "jit_compiled": _jit_compiled(),
         "docs_per_s": round(n / wall, 1) if wall > 0 else None,
         "mb_per_s": round(text_bytes / 1e6 / wall, 2) if wall > 0 else None,
         "config": cfg.to_dict(),
