@@ -182,7 +182,12 @@ def test_mixed_schemas_across_files(tmp_path):
 def test_timestamp_errors_name_row_and_field(tmp_path, capsys):
     path = write_jsonl(tmp_path / "t.jsonl", [{"id": 1, "text": "a", "ts": "2020-01-01"}, {"id": 2, "text": "b", "ts": "soon"}])
     code, err = run_cli(capsys, [path], tmp_path / "o", "--set", "input.timestamp_field=ts")
-    assert_one_line_error(code, err, "t.jsonl:2", "field 'ts'")
+    assert_one_line_error(code, err, "t.jsonl:2", "field 'ts'", "'soon'")
+    code, err = run_cli(capsys, [path], tmp_path / "o2", "--set", "input.timestamp_field=ts",
+                        "--set", "input.on_error=skip")
+    summary = json.loads((tmp_path / "o2" / "summary.json").read_text())
+    assert code == 0 and summary["documents_in"] == 1 and summary["skipped"][0]["row"] == 2
+    assert len(read_annotations(tmp_path / "o2")) == 1
 
 
 def test_config_errors(tmp_path, capsys):

@@ -9,7 +9,8 @@ Defined behaviour (documented in README, tested):
 * blank lines in JSON Lines are not records; an empty file contributes no records (listed in
   summary.json); inputs with no records at all are an error;
 * a missing or null text is an empty text (annotated, never a duplicate); a non-string text is an error;
-* a missing or null id is an error (``input.id_field: null`` generates ``<file>:<line or row>`` ids);
+* a missing or null id, or an unparseable timestamp, is an error for that row (``input.id_field: null``
+  generates ``<file>:<line or row>`` ids; a null timestamp sorts last for ``earliest``);
 * columns other than text/id/timestamp pass through untouched, each file with its own schema;
 * bad files and rows raise ``InputError`` naming file/row/field; with ``input.on_error: skip`` they
   are skipped and listed in summary.json.
@@ -68,6 +69,7 @@ class LoadedPartition:
     records: np.ndarray  # int64 record index within the file of each row
     skipped: list = field(default_factory=list)
     replaced_utf8: int = 0
+    timestamps: Optional[np.ndarray] = None  # int64 ns, when input.timestamp_field is set
 
 
 # ----------------------------------------------------------------------------------------------
@@ -375,12 +377,13 @@ def _load_parquet(spec: PartitionSpec, cfg: InputConfig) -> LoadedPartition:
 def load_partition(spec: PartitionSpec, cfg: InputConfig) -> LoadedPartition:
     """Read one partition with all its columns and check the configured fields.
 
-    Rows whose id is null are errors (or skipped with ``on_error: skip``). The same spec and config
-    always give the same rows, so the writer can re-read a partition and line it up with the
-    annotations computed from the first read.
+    Rows with a null id or an unparseable timestamp are errors (or skipped with ``on_error: skip``);
+    timestamps are parsed here (``LoadedPartition.timestamps``). The same spec and config always give
+    the same rows, so the writer can re-read a partition and line it up with the annotations computed
+    from the first read.
     """
     part = _load_parquet(spec, cfg) if spec.fmt == "parquet" else _load_jsonl(spec, cfg)
-    table, records = part.table, part.records
+    table = part.table
     if table.num_rows == 0:
         return part
     if cfg.text_field not in table.column_names:
@@ -390,22 +393,27 @@ def load_partition(spec: PartitionSpec, cfg: InputConfig) -> LoadedPartition:
         if name is not None and name not in table.column_names:
             raise InputError(f"{role} field not found in any record of this part of the file", spec.path,
                              field=name)
+    # bad rows: (mask, field, message of row i)
+    checks = []
     if cfg.id_field is not None:
-        nulls = table.column(cfg.id_field).is_null()
-        if pc.any(nulls).as_py():
-            bad = np.flatnonzero(nulls.to_numpy(zero_copy_only=False))
-            row = _display_row(spec, records[bad[0]])
-            err = InputError("id is missing or null", spec.path, row, field=cfg.id_field)
+        nulls = table.column(cfg.id_field).is_null().to_numpy(zero_copy_only=False)
+        checks.append((nulls, cfg.id_field, lambda i: "id is missing or null"))
+    if cfg.timestamp_field is not None:
+        part.timestamps, unparsed, raw = timestamps_of(spec, table.column(cfg.timestamp_field), cfg)
+        checks.append((unparsed, cfg.timestamp_field, lambda i: f"cannot parse timestamp {raw[i]!r}"))
+    drop = np.zeros(table.num_rows, dtype=bool)
+    for mask, field_name, message in checks:
+        for i in np.flatnonzero(mask):
+            err = InputError(message(i), spec.path, _display_row(spec, part.records[i]), field=field_name)
             if cfg.on_error != "skip":
                 raise err
-            part.skipped.extend({"path": spec.path, "row": _display_row(spec, records[b]),
-                                 "reason": str(InputError("id is missing or null", spec.path,
-                                                          _display_row(spec, records[b]), field=cfg.id_field))}
-                                for b in bad)
-            keep = pc.invert(nulls)
-            table = table.filter(keep)
-            records = records[~nulls.to_numpy(zero_copy_only=False)]
-    part.table, part.records = table, records
+            part.skipped.append({"path": spec.path, "row": err.row, "reason": str(err)})
+        drop |= mask
+    if drop.any():
+        part.table = table.filter(pa.array(~drop))
+        part.records = part.records[~drop]
+        if part.timestamps is not None:
+            part.timestamps = part.timestamps[~drop]
     return part
 
 
@@ -440,29 +448,27 @@ def id_columns(ids: pd.Series) -> dict:
             "_id_is_int": np.full(len(ids), is_int)}
 
 
-def timestamps_of(spec: PartitionSpec, part: LoadedPartition, cfg: InputConfig) -> np.ndarray:
-    """Timestamps as int64 ns since the epoch (UTC); null -> int64 max (sorts last)."""
-    col = part.table.column(cfg.timestamp_field)
+def timestamps_of(spec: PartitionSpec, col: pa.ChunkedArray, cfg: InputConfig) -> tuple:
+    """``(int64 ns since the epoch (UTC), bool mask of unparseable values, raw values)``; null and
+    unparseable values read as int64 max (they sort last)."""
     t = col.type
     latest = np.iinfo(np.int64).max
+    unparsed = np.zeros(len(col), dtype=bool)
+    raw = None
     if pa.types.is_timestamp(t) or pa.types.is_date(t):
         ts = pd.to_datetime(pd.Series(col.to_pandas()), utc=True)
     elif pa.types.is_integer(t) or pa.types.is_floating(t):
         ts = pd.to_datetime(pd.Series(col.to_numpy(zero_copy_only=False)), unit="s", utc=True)
     elif pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t):
-        raw = pd.Series(col.to_pylist(), dtype=object)
-        ts = pd.to_datetime(raw, utc=True, errors="coerce", format="mixed")
-        bad = ts.isna() & raw.notna()
-        if bad.any():
-            i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise InputError(f"cannot parse timestamp {raw.iloc[i]!r}", spec.path,
-                             _display_row(spec, part.records[i]), field=cfg.timestamp_field)
+        raw = col.to_pylist()
+        ts = pd.to_datetime(pd.Series(raw, dtype=object), utc=True, errors="coerce", format="mixed")
+        unparsed = (ts.isna() & pd.Series(raw, dtype=object).notna()).to_numpy()
     else:
         raise InputError(f"timestamp column has type {t}, expected a timestamp, string or number",
                          spec.path, field=cfg.timestamp_field)
     out = ts.astype("datetime64[ns, UTC]").to_numpy(dtype="datetime64[ns]").astype(np.int64, copy=True)
     out[ts.isna().to_numpy()] = latest
-    return out
+    return out, unparsed, raw
 
 
 # ----------------------------------------------------------------------------------------------
@@ -491,7 +497,7 @@ def load_narrow(spec: PartitionSpec, cfg: InputConfig) -> pd.DataFrame:
     else:
         text = part.table.column(cfg.text_field).combine_chunks()
         text = pc.fill_null(text.cast(pa.large_string()), "")
-        ts = timestamps_of(spec, part, cfg) if cfg.timestamp_field else np.zeros(n, np.int64)
+        ts = part.timestamps if part.timestamps is not None else np.zeros(n, np.int64)
         df = pd.DataFrame({
             "_ord": order_keys(spec, part.records),
             **id_columns(ids_of(spec, part, cfg)),
