@@ -49,7 +49,8 @@ def annotate(table: DocTable, exact: ExactResult, fuzzy: FuzzyResult | None, out
     e = np.flatnonzero(exact_dup)
     reason[e] = ("exact duplicate of " + str_ids.iloc[exact_canon[e]].reset_index(drop=True)).to_numpy()
     f = np.flatnonzero(fuzzy_dup)
-    reason[f] = ("near-duplicate of " + str_ids.iloc[final[f]].reset_index(drop=True) + " (jaccard "
+    measure = "jaccard" if fuzzy is None or fuzzy.score_kind == "jaccard" else "estimated jaccard"
+    reason[f] = ("near-duplicate of " + str_ids.iloc[final[f]].reset_index(drop=True) + f" ({measure} "
                  + np.char.mod("%.3f", similarity[f]).astype(object) + ")").to_numpy()
 
     if out.weight == "hard":

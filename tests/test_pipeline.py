@@ -176,6 +176,8 @@ def test_unverified_mode_uses_minhash_estimates(tmp_path, demo_frame):
     edges = pq.read_table(tmp_path / "o" / "edges.parquet").to_pandas()
     assert (edges.method == "minhash").all() and s["lsh"]["bands"] < 17
     assert s["stages"]["fuzzy"]["duplicates"] > 0
+    ann = read_annotations(tmp_path / "o")
+    assert ann.loc[ann.drop_stage == "fuzzy", "drop_reason"].str.contains("estimated jaccard").all()
 
 
 def test_soft_and_size_weights(tmp_path, demo_frame):
