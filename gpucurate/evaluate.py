@@ -29,6 +29,7 @@ import numpy as np
 from numba import njit
 
 from .errors import ConfigError
+from .kernels.hashing import fmix64
 from .kernels.pairs import components
 
 __all__ = [
@@ -108,26 +109,9 @@ def _first_unsorted_doc(offsets, values):
 
 
 @njit(nogil=True, cache=True)
-def _merge_count(a, a0, a1, b, b0, b1):
-    """``|a[a0:a1] & b[b0:b1]|`` for two sorted, unique runs."""
-    c = 0
-    while a0 < a1 and b0 < b1:
-        va = a[a0]
-        vb = b[b0]
-        if va == vb:
-            c += 1
-            a0 += 1
-            b0 += 1
-        elif va < vb:
-            a0 += 1
-        else:
-            b0 += 1
-    return c
-
-
-@njit(nogil=True, cache=True)
 def _merge_count_bounded(a, a0, a1, b, b0, b1, need):
-    """Like ``_merge_count`` but stops (returning a count ``< need``) once ``need`` is out of reach."""
+    """``|a[a0:a1] & b[b0:b1]|`` for two sorted, unique runs; stops early (returning a count ``< need``)
+    once ``need`` is out of reach (``need=0``: the exact count)."""
     c = 0
     while a0 < a1 and b0 < b1:
         if c + min(a1 - a0, b1 - b0) < need:
@@ -143,17 +127,6 @@ def _merge_count_bounded(a, a0, a1, b, b0, b1, need):
         else:
             b0 += 1
     return c
-
-
-@njit(inline="always", nogil=True)
-def _mix(v):
-    # SplitMix64 finalizer: synthetic inputs (small ints) must spread over tables and bitmaps too
-    v ^= v >> np.uint64(30)
-    v *= np.uint64(0xBF58476D1CE4E5B9)
-    v ^= v >> np.uint64(27)
-    v *= np.uint64(0x94D049BB133111EB)
-    v ^= v >> np.uint64(31)
-    return v
 
 
 @njit(inline="always", nogil=True)
@@ -197,7 +170,7 @@ def _build_table(rep_keys, rep_rank):
     table = np.zeros((1 << bits, 2), np.uint64)
     shift = np.uint64(64 - bits)
     for r in range(m):
-        s = np.int64(_mix(rep_keys[r]) >> shift)
+        s = np.int64(fmix64(rep_keys[r]) >> shift)
         while table[s, 1] != 0:
             s = (s + 1) & mask
         table[s, 0] = rep_keys[r]
@@ -224,7 +197,7 @@ def _gather_range(lo, hi, order, offsets, values, table, bits, off, toks, bitmap
         s = off[p]
         for k in range(offsets[d], offsets[d + 1]):
             v = values[k]
-            h = _mix(v)
+            h = fmix64(v)
             slot = np.int64(h >> shift)
             key = k
             while table[slot, 1] != 0:
@@ -423,7 +396,7 @@ def _brute_force(offsets, values, t):
             sj = offsets[j + 1] - offsets[j]
             if sj == 0:
                 continue
-            inter = _merge_count(values, offsets[i], offsets[i + 1], values, offsets[j], offsets[j + 1])
+            inter = _merge_count_bounded(values, offsets[i], offsets[i + 1], values, offsets[j], offsets[j + 1], 0)
             jac = inter / (si + sj - inter)
             if jac >= t:
                 if m == cap:
@@ -446,7 +419,7 @@ def _jaccard_pairs(offsets, values, pi, pj):
         b = pj[k]
         sa = offsets[a + 1] - offsets[a]
         sb = offsets[b + 1] - offsets[b]
-        inter = _merge_count(values, offsets[a], offsets[a + 1], values, offsets[b], offsets[b + 1])
+        inter = _merge_count_bounded(values, offsets[a], offsets[a + 1], values, offsets[b], offsets[b + 1], 0)
         union = sa + sb - inter
         out[k] = inter / union if union > 0 else 0.0
     return out
