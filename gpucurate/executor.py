@@ -88,6 +88,13 @@ class Executor:
                 return collection.persist(scheduler="threads", num_workers=self.workers)
         return self.client.persist(collection)
 
+    def threads_per_task(self, n_tasks: int) -> int:
+        """Threads one task may use itself: the spare local cores when there are fewer tasks than cores
+        (e.g. one big compressed file); 1 on a cluster, whose workers own their cores."""
+        if self.client is not None or n_tasks <= 0:
+            return 1
+        return max(1, self.workers // n_tasks)
+
     def map_threads(self, fn, chunks: list) -> list:
         """Run ``fn`` over driver-side chunks on the local cores (numba kernels release the GIL)."""
         if len(chunks) <= 1:

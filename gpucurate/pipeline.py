@@ -94,7 +94,8 @@ def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Tim
     Returns ``(DocTable, ExactResult, FuzzyResult | None, annotations pa.Table in table order)``.
     """
     with timer("read+normalize"):
-        ddf = executor.persist(Normalize(cfg.normalize).run(narrow_ddf), "read+normalize")
+        threads = executor.threads_per_task(narrow_ddf.npartitions)
+        ddf = executor.persist(Normalize(cfg.normalize).run(narrow_ddf, threads), "read+normalize")
         table = DocTable.collect(ddf, executor, cfg.input.on_duplicate_id, describe)
     with timer("exact"):
         exact = ExactDedup(cfg, backend).run(ddf, table, executor)

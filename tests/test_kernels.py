@@ -160,5 +160,7 @@ def test_signatures_do_not_depend_on_the_batch_size():
     a, b = permutations(16, 1)
     whole = minhash.signatures(offsets, data, minhash.WORD, 3, np.uint64(1), a, b)
     for batch in (1, 100, 5000):
-        parts = minhash.signatures(offsets, data, minhash.WORD, 3, np.uint64(1), a, b, batch_bytes=batch)
-        assert all(np.array_equal(x, y) for x, y in zip(whole, parts))
+        for threads in (1, 2):
+            parts = minhash.signatures(offsets, data, minhash.WORD, 3, np.uint64(1), a, b, batch_bytes=batch,
+                                       threads=threads)
+            assert all(np.array_equal(x, y) for x, y in zip(whole, parts))

@@ -131,10 +131,12 @@ def test_same_annotations_whatever_the_split_and_workers(tmp_path, demo_frame):
         gpucurate.run([str(one)], tmp_path / "o3", overrides=Q + ["run.workers=2", "input.partition_bytes=20000"]),
         gpucurate.run([str(tmp_path / "all.parquet")], tmp_path / "o4",
                       overrides=Q + ["run.workers=2", "input.partition_rows=200"]),
+        # one partition, two threads inside the task
+        gpucurate.run([str(one)], tmp_path / "o5", overrides=Q + ["run.workers=2"]),
     ]
     assert runs[1]["stages"]["input"]["partitions"] > 10 and runs[2]["stages"]["input"]["partitions"] > 5
     expected = _ann_bytes(tmp_path / "o1")
-    for name in ("o2", "o3", "o4"):
+    for name in ("o2", "o3", "o4", "o5"):
         pd.testing.assert_frame_equal(_ann_bytes(tmp_path / name), expected)
     assert ref["stages"]["fuzzy"]["duplicates"] == runs[0]["stages"]["fuzzy"]["duplicates"]
 

@@ -56,6 +56,7 @@ class FuzzyParams:
     bands: int
     rows: int
     keep_signatures: bool
+    threads: int = 1  # threads inside one partition task (local runs with fewer partitions than cores)
 
 
 def signature_partition(df: pd.DataFrame, mask: np.ndarray, params: FuzzyParams, backend: Backend):
@@ -75,7 +76,7 @@ def signature_partition(df: pd.DataFrame, mask: np.ndarray, params: FuzzyParams,
         import pyarrow as pa
         offsets, data = arrow_buffers(pa.chunked_array(arr).combine_chunks().take(pa.array(rows)))
     sigs, csr_offsets, csr_values = k.signatures(offsets, data, params.mode, params.k, params.seed, params.perm_a,
-                                                 params.perm_b)
+                                                 params.perm_b, threads=params.threads)
     keys = k.band_keys(sigs, params.bands, params.rows, params.seed)
     return keys, csr_offsets, csr_values, (sigs if params.keep_signatures else None)
 
@@ -126,6 +127,7 @@ class FuzzyDedup:
 
     def run(self, ddf, table: DocTable, participants: np.ndarray, executor: Executor) -> FuzzyResult:
         params = self.params()
+        params.threads = executor.threads_per_task(ddf.npartitions)
         pk = self.backend.pairs
         masks = [participants[table.part_offsets[p]:table.part_offsets[p + 1]] for p in range(len(table.part_offsets) - 1)]
         tasks = [dask.delayed(signature_partition)(part, mask, params, self.backend)

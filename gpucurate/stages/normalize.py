@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -9,12 +10,21 @@ from ..config import NormalizeConfig
 from ..text import normalize
 
 
-def normalize_partition(df: pd.DataFrame, cfg: NormalizeConfig) -> pd.DataFrame:
+def normalize_partition(df: pd.DataFrame, cfg: NormalizeConfig, threads: int = 1) -> pd.DataFrame:
+    """``df`` with ``_text`` normalized; with ``threads > 1`` slices of it are normalized in parallel."""
     out = df.copy(deep=False)
     if len(df):
-        arr = pa.chunked_array(df["_text"].array._pa_array) if hasattr(df["_text"].array, "_pa_array") \
-            else pa.array(df["_text"], type=pa.large_string())
-        out["_text"] = pd.arrays.ArrowExtensionArray(normalize(arr, cfg))
+        arr = pa.chunked_array(df["_text"].array._pa_array).combine_chunks()
+        if threads > 1 and len(arr) >= 2 * threads:
+            from concurrent.futures import ThreadPoolExecutor
+            cuts = np.linspace(0, len(arr), threads + 1).astype(int)
+            with ThreadPoolExecutor(threads) as pool:
+                parts = list(pool.map(lambda c: normalize(arr.slice(c[0], c[1] - c[0]), cfg),
+                                      zip(cuts[:-1], cuts[1:])))
+            normalized = pa.concat_arrays(parts)
+        else:
+            normalized = normalize(arr, cfg)
+        out["_text"] = pd.arrays.ArrowExtensionArray(normalized)
     out.attrs = dict(df.attrs)
     return out
 
@@ -30,5 +40,5 @@ class Normalize:
     def __init__(self, cfg: NormalizeConfig):
         self.cfg = cfg
 
-    def run(self, ddf):
-        return ddf.map_partitions(normalize_partition, self.cfg, meta=ddf._meta)
+    def run(self, ddf, threads: int = 1):
+        return ddf.map_partitions(normalize_partition, self.cfg, threads, meta=ddf._meta)
