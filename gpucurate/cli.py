@@ -26,6 +26,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpucurate", description="Find and annotate exact and near-duplicate "
                                      "documents in large text collections.")
+    from . import __version__
+    parser.add_argument("--version", action="version", version=f"gpucurate {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="deduplicate input files into an annotated output directory")
