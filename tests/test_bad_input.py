@@ -215,3 +215,17 @@ def test_unknown_format(tmp_path, capsys):
     path.write_text("id,text\n1,a\n")
     code, err = run_cli(capsys, [path], tmp_path / "o")
     assert_one_line_error(code, err, "data.csv", "format")
+
+
+def test_arrow_string_variants_and_huge_unsigned_ids(tmp_path):
+    texts = ["the same words in this text", "the same words in this text", "other"]
+    table = pa.table({
+        "id": pa.array([1, 2, 2**64 - 1], type=pa.uint64()),
+        "text": pa.array(texts).dictionary_encode(),
+        "note": pa.array(["a", "b", "c"], type=pa.string_view()),
+    })
+    pq.write_table(table, tmp_path / "d.parquet")
+    s = gpucurate.run([str(tmp_path / "d.parquet")], tmp_path / "o", overrides=["run.progress=false"])
+    ann = read_annotations(tmp_path / "o")
+    assert s["stages"]["exact"]["duplicates"] == 1
+    assert sorted(ann.doc_id) == ["1", "18446744073709551615", "2"]  # exact, as text

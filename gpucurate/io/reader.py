@@ -223,13 +223,21 @@ def plan_partitions(inputs: list[str], cfg: InputConfig, report: dict) -> list[P
     return specs
 
 
+def is_text_type(t: pa.DataType) -> bool:
+    """String-like Arrow types gpucurate reads as text (all cast to large_string)."""
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+            or pa.types.is_null(t))
+
+
 def _check_parquet_fields(path: str, schema: pa.Schema, cfg: InputConfig) -> None:
     names = set(schema.names)
     for role, name in (("text", cfg.text_field), ("id", cfg.id_field), ("timestamp", cfg.timestamp_field)):
         if name is not None and name not in names:
             raise InputError(f"{role} column not found (columns: {', '.join(schema.names)})", path, field=name)
     t = schema.field(cfg.text_field).type
-    if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)):
+    if not is_text_type(t):
         raise InputError(f"text column has type {t}, expected string", path, field=cfg.text_field)
 
 
@@ -304,7 +312,7 @@ def _fast_path_ok(table: pa.Table, cfg: InputConfig) -> bool:
     if cfg.text_field not in table.column_names:
         return False
     t = table.schema.field(cfg.text_field).type
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)
+    return is_text_type(t)
 
 
 def _load_jsonl_slow(spec, cfg: InputConfig, data: bytes, starts, lines) -> LoadedPartition:
@@ -432,8 +440,11 @@ def ids_of(spec: PartitionSpec, part: LoadedPartition, cfg: InputConfig) -> pd.S
         return pd.Series([f"{spec.rel}:{_display_row(spec, r)}" for r in part.records], dtype=object)
     col = part.table.column(cfg.id_field)
     if pa.types.is_integer(col.type):
-        return pd.Series(col.to_numpy().astype(np.int64))
-    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        values = col.to_numpy()
+        if values.dtype != np.uint64 or not len(values) or values.max() <= np.iinfo(np.int64).max:
+            return pd.Series(values.astype(np.int64))
+        return pd.Series(values.astype(str), dtype=object)  # beyond int64: keep them exact as text
+    if is_text_type(col.type):
         return pd.Series(col.to_pylist(), dtype=object)
     return pd.Series([v if isinstance(v, str) else json.dumps(v) for v in col.to_pylist()], dtype=object)
 
@@ -459,7 +470,7 @@ def timestamps_of(spec: PartitionSpec, col: pa.ChunkedArray, cfg: InputConfig) -
         ts = pd.to_datetime(pd.Series(col.to_pandas()), utc=True)
     elif pa.types.is_integer(t) or pa.types.is_floating(t):
         ts = pd.to_datetime(pd.Series(col.to_numpy(zero_copy_only=False)), unit="s", utc=True)
-    elif pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t):
+    elif is_text_type(t):
         raw = col.to_pylist()
         ts = pd.to_datetime(pd.Series(raw, dtype=object), utc=True, errors="coerce", format="mixed")
         unparsed = (ts.isna() & pd.Series(raw, dtype=object).notna()).to_numpy()
