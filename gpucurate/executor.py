@@ -16,6 +16,7 @@ from dask.callbacks import Callback
 from tqdm.auto import tqdm
 
 from .errors import ConfigError
+from .threads import thread_map
 
 log = logging.getLogger("gpucurate")
 
@@ -97,11 +98,7 @@ class Executor:
 
     def map_threads(self, fn, chunks: list) -> list:
         """Run ``fn`` over driver-side chunks on the local cores (numba kernels release the GIL)."""
-        if len(chunks) <= 1:
-            return [fn(c) for c in chunks]
-        from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(max_workers=min(len(chunks), os.cpu_count() or 1)) as pool:
-            return list(pool.map(fn, chunks))
+        return thread_map(fn, chunks, os.cpu_count() or 1)
 
     def close(self) -> None:
         if self.client is not None:

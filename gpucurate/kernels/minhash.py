@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..threads import thread_map
 from .hashing import EXACT_SEED, M2, U64, band_seed, fmix64, fold, hash_bytes, minhash_value, padded_words
 
 WORD, CHAR = 0, 1
@@ -210,13 +211,7 @@ def signatures(offsets: np.ndarray, data: np.ndarray, mode: int, k: int, seed: n
         csr_offsets, csr_values = compact_csr(sh_offsets, uniq, values)
         return sigs, np.diff(csr_offsets), csr_values
 
-    batches = list(zip(cuts[:-1], cuts[1:]))
-    if threads > 1 and len(batches) > 1:
-        from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(min(threads, len(batches))) as pool:
-            results = list(pool.map(batch, batches))
-    else:
-        results = [batch(b) for b in batches]
+    results = thread_map(batch, list(zip(cuts[:-1], cuts[1:])), threads)
     sig_parts = [r[0] for r in results]
     off_parts = [r[1] for r in results]
     val_parts = [r[2] for r in results]

@@ -8,6 +8,7 @@ import pyarrow as pa
 
 from ..config import NormalizeConfig
 from ..text import normalize
+from ..threads import thread_map
 
 
 def normalize_partition(df: pd.DataFrame, cfg: NormalizeConfig, threads: int = 1) -> pd.DataFrame:
@@ -15,16 +16,10 @@ def normalize_partition(df: pd.DataFrame, cfg: NormalizeConfig, threads: int = 1
     out = df.copy(deep=False)
     if len(df):
         arr = pa.chunked_array(df["_text"].array._pa_array).combine_chunks()
-        if threads > 1 and len(arr) >= 2 * threads:
-            from concurrent.futures import ThreadPoolExecutor
-            cuts = np.linspace(0, len(arr), threads + 1).astype(int)
-            with ThreadPoolExecutor(threads) as pool:
-                parts = list(pool.map(lambda c: normalize(arr.slice(c[0], c[1] - c[0]), cfg),
-                                      zip(cuts[:-1], cuts[1:])))
-            normalized = pa.concat_arrays(parts)
-        else:
-            normalized = normalize(arr, cfg)
-        out["_text"] = pd.arrays.ArrowExtensionArray(normalized)
+        cuts = np.linspace(0, len(arr), max(1, min(threads, len(arr))) + 1).astype(int)
+        parts = thread_map(lambda c: normalize(arr.slice(c[0], c[1] - c[0]), cfg), list(zip(cuts[:-1], cuts[1:])),
+                           threads)
+        out["_text"] = pd.arrays.ArrowExtensionArray(parts[0] if len(parts) == 1 else pa.concat_arrays(parts))
     out.attrs = dict(df.attrs)
     return out
 
