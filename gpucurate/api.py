@@ -18,9 +18,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .backend import select
-from .config import Config, resolve_config
+from .config import Config, InputConfig, resolve_config
+from .errors import InputError
 from .executor import Executor
-from .io.reader import NARROW_META, ROW_BITS, id_columns, plan_partitions, read_documents
+from .io.reader import NARROW_META, ROW_BITS, id_columns, plan_partitions, read_documents, timestamps_of
 from .pipeline import Timer, deduplicate
 
 
@@ -32,16 +33,24 @@ def read(inputs, config: Config | str | None = None, overrides=None):
     return read_documents(plan_partitions([str(i) for i in inputs], cfg.input, {}), cfg.input)
 
 
-def _to_narrow(df: pd.DataFrame, text_field: str, id_field: str | None, partition_info=None) -> pd.DataFrame:
+def _to_narrow(df: pd.DataFrame, cfg: InputConfig, partition_info=None) -> pd.DataFrame:
     p = partition_info["number"] if partition_info else 0
     n = len(df)
-    text = pa.array(df[text_field], type=pa.large_string(), from_pandas=True)
+    text = pa.array(df[cfg.text_field], type=pa.large_string(), from_pandas=True)
     text = pc.fill_null(text, "")
-    ids = df[id_field].reset_index(drop=True) if id_field else pd.Series([f"{p}:{r}" for r in range(n)])
+    ids = df[cfg.id_field].reset_index(drop=True) if cfg.id_field else pd.Series([f"{p}:{r}" for r in range(n)])
+    ts = np.zeros(n, np.int64)
+    if cfg.timestamp_field:
+        where = f"partition {p}"
+        ts, unparsed, raw = timestamps_of(where, pa.chunked_array([pa.array(df[cfg.timestamp_field],
+                                                                             from_pandas=True)]), cfg)
+        if unparsed.any():
+            i = int(np.flatnonzero(unparsed)[0])
+            raise InputError(f"cannot parse timestamp {raw[i]!r}", where, i, field=cfg.timestamp_field)
     return pd.DataFrame({
         "_ord": (np.int64(p) << np.int64(ROW_BITS)) | np.arange(n, dtype=np.int64),
         **id_columns(ids),
-        "_ts": np.zeros(n, np.int64),
+        "_ts": ts,
         "_nbytes": pc.binary_length(text).to_numpy().astype(np.int64),
         "_text": pd.arrays.ArrowExtensionArray(text),
     })
@@ -60,7 +69,7 @@ def dedup(ddf, config: Config | str | None = None, overrides=None):
     cfg = resolve_config(config, overrides)
     narrow = ddf
     if "_ord" not in ddf.columns:
-        narrow = ddf.map_partitions(_to_narrow, cfg.input.text_field, cfg.input.id_field, meta=NARROW_META)
+        narrow = ddf.map_partitions(_to_narrow, cfg.input, meta=NARROW_META)
     with Executor(cfg.run.scheduler, cfg.run.workers, cfg.run.progress) as executor:
         table, _, _, annotations = deduplicate(narrow, cfg, executor, select(cfg.run.backend), Timer())
     offs = table.part_offsets

@@ -34,3 +34,13 @@ def test_read_then_stage_functions(tmp_path, demo_frame):
     assert (~exact.keep).sum() < (~both.keep).sum()
     # without the exact stage identical texts are found by the fuzzy stage (Jaccard 1.0) instead
     assert set(fuzzy_only.drop_stage.dropna()) == {"fuzzy"} and (~fuzzy_only.keep).sum() == (~both.keep).sum()
+
+
+def test_dedup_of_a_user_frame_honours_the_timestamp_column():
+    base = "the quarterly report shows strong growth in all regions and the board approved the plan"
+    frame = pd.DataFrame({"id": ["a", "b"], "text": [base, base + " today"],
+                          "ts": ["2022-01-01T00:00:00Z", "2020-01-01T00:00:00Z"]})
+    got = gpucurate.dedup(dd.from_pandas(frame, npartitions=1),
+                          overrides={**Q, "input.timestamp_field": "ts", "canonical.policy": "earliest",
+                                     "fuzzy.threshold": 0.7}).compute().set_index("doc_id")
+    assert got.loc["a", "dedup_id"] == "b" and got.loc["b", "is_canonical"]

@@ -407,7 +407,7 @@ def load_partition(spec: PartitionSpec, cfg: InputConfig) -> LoadedPartition:
         nulls = table.column(cfg.id_field).is_null().to_numpy(zero_copy_only=False)
         checks.append((nulls, cfg.id_field, lambda i: "id is missing or null"))
     if cfg.timestamp_field is not None:
-        part.timestamps, unparsed, raw = timestamps_of(spec, table.column(cfg.timestamp_field), cfg)
+        part.timestamps, unparsed, raw = timestamps_of(spec.path, table.column(cfg.timestamp_field), cfg)
         checks.append((unparsed, cfg.timestamp_field, lambda i: f"cannot parse timestamp {raw[i]!r}"))
     drop = np.zeros(table.num_rows, dtype=bool)
     for mask, field_name, message in checks:
@@ -459,7 +459,7 @@ def id_columns(ids: pd.Series) -> dict:
             "_id_is_int": np.full(len(ids), is_int)}
 
 
-def timestamps_of(spec: PartitionSpec, col: pa.ChunkedArray, cfg: InputConfig) -> tuple:
+def timestamps_of(path: str, col: pa.ChunkedArray, cfg: InputConfig) -> tuple:
     """``(int64 ns since the epoch (UTC), bool mask of unparseable values, raw values)``; null and
     unparseable values read as int64 max (they sort last)."""
     t = col.type
@@ -476,7 +476,7 @@ def timestamps_of(spec: PartitionSpec, col: pa.ChunkedArray, cfg: InputConfig) -
         unparsed = (ts.isna() & pd.Series(raw, dtype=object).notna()).to_numpy()
     else:
         raise InputError(f"timestamp column has type {t}, expected a timestamp, string or number",
-                         spec.path, field=cfg.timestamp_field)
+                         path, field=cfg.timestamp_field)
     out = ts.astype("datetime64[ns, UTC]").to_numpy(dtype="datetime64[ns]").astype(np.int64, copy=True)
     out[ts.isna().to_numpy()] = latest
     return out, unparsed, raw
