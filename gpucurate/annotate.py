@@ -10,48 +10,64 @@ import pyarrow.compute as pc
 from .config import OutputConfig
 from .stages.exact import ExactResult
 from .stages.fuzzy import FuzzyResult
+from .stages.semantic import SemanticResult
 from .table import DocTable
 
 #: annotation columns added to every record, in this order
 ANNOTATION_COLUMNS = ("doc_id", "dedup_id", "is_canonical", "keep", "drop_stage", "drop_reason", "similarity",
-                      "cluster_size", "weight", "exact_group", "fuzzy_group")
+                      "cluster_size", "weight", "exact_group", "fuzzy_group", "semantic_group")
 
 
-def _id_array(ids: np.ndarray) -> pa.Array:
+def id_array(ids: np.ndarray) -> pa.Array:
     return pa.array(ids, type=pa.int64()) if ids.dtype.kind == "i" else pa.array(ids, type=pa.string())
 
 
-def annotate(table: DocTable, exact: ExactResult, fuzzy: FuzzyResult | None, out: OutputConfig) -> pa.Table:
-    """Annotation columns for every document, in table order (``pa.Table`` with ANNOTATION_COLUMNS)."""
+def annotate(table: DocTable, exact: ExactResult, fuzzy: FuzzyResult | None, out: OutputConfig,
+             semantic: SemanticResult | None = None) -> pa.Table:
+    """Annotation columns for every document, in table order (``pa.Table`` with ANNOTATION_COLUMNS).
+
+    Each stage maps the canonicals of the stage before to its own canonicals; a document's final
+    canonical (``dedup_id``) is the composition. ``similarity`` and ``drop_reason`` describe the stage
+    that grouped the document (exact copies inherit their exact canonical's fuzzy similarity).
+    """
     n = table.n
     rows = np.arange(n, dtype=np.int64)
     exact_canon = exact.canon
-    # fuzzy canonical of each exact canonical that took part; others are their own
-    fuzzy_of = rows.copy()
-    sim_of = np.ones(n, dtype=np.float64)
+    # each later stage: canonical and score of the rows that took part; the others map to themselves
+    fuzzy_of, fuzzy_sim = rows.copy(), np.ones(n, dtype=np.float64)
     if fuzzy is not None:
         fuzzy_of[fuzzy.rows] = fuzzy.canon
-        sim_of[fuzzy.rows] = fuzzy.similarity
-    final = fuzzy_of[exact_canon]
-    # an exact copy has the same shingles as its exact canonical, hence the same similarity to `final`
-    similarity = sim_of[exact_canon]
+        fuzzy_sim[fuzzy.rows] = fuzzy.similarity
+    semantic_of, semantic_sim = rows.copy(), np.ones(n, dtype=np.float64)
+    if semantic is not None:
+        semantic_of[semantic.rows] = semantic.canon
+        semantic_sim[semantic.rows] = semantic.similarity
+    fuzzy_canon = fuzzy_of[exact_canon]
+    final = semantic_of[fuzzy_canon]
     is_canonical = final == rows
     exact_dup = exact_canon != rows
-    fuzzy_dup = ~exact_dup & ~is_canonical
+    fuzzy_dup = ~exact_dup & (fuzzy_canon != rows)
+    semantic_dup = ~exact_dup & ~fuzzy_dup & ~is_canonical
+    # an exact copy has the same shingles as its exact canonical, hence the same similarity to it
+    similarity = np.where(semantic_dup, semantic_sim, fuzzy_sim[exact_canon])
     cluster_size = np.bincount(final, minlength=n)[final]
 
     drop_stage = np.full(n, None, dtype=object)
-    drop_stage[exact_dup] = "exact"
-    drop_stage[fuzzy_dup] = "fuzzy"
     reason = np.full(n, None, dtype=object)
-    ids = table.ids
-    str_ids = pd.Series(ids).astype(str)
-    e = np.flatnonzero(exact_dup)
-    reason[e] = ("exact duplicate of " + str_ids.iloc[exact_canon[e]].reset_index(drop=True)).to_numpy()
-    f = np.flatnonzero(fuzzy_dup)
+    str_ids = pd.Series(table.ids).astype(str)
+
+    def describe(mask, target, text):
+        r = np.flatnonzero(mask)
+        drop_stage[r] = text[0]
+        label = text[1] + str_ids.iloc[target[r]].reset_index(drop=True)
+        if text[2]:
+            label = label + f" ({text[2]} " + np.char.mod("%.3f", similarity[r]).astype(object) + ")"
+        reason[r] = label.to_numpy()
+
     measure = "jaccard" if fuzzy is None or fuzzy.score_kind == "jaccard" else "estimated jaccard"
-    reason[f] = ("near-duplicate of " + str_ids.iloc[final[f]].reset_index(drop=True) + f" ({measure} "
-                 + np.char.mod("%.3f", similarity[f]).astype(object) + ")").to_numpy()
+    describe(exact_dup, exact_canon, ("exact", "exact duplicate of ", None))
+    describe(fuzzy_dup, fuzzy_canon, ("fuzzy", "near-duplicate of ", measure))
+    describe(semantic_dup, final, ("semantic", "semantic duplicate of ", "cosine"))
 
     if out.weight == "hard":
         weight = is_canonical.astype(np.float64)
@@ -60,9 +76,10 @@ def annotate(table: DocTable, exact: ExactResult, fuzzy: FuzzyResult | None, out
     else:  # size: the canonical stands for its whole cluster
         weight = np.where(is_canonical, cluster_size, 0).astype(np.float64)
 
+    ids = table.ids
     return pa.table({
-        "doc_id": _id_array(ids),
-        "dedup_id": _id_array(ids[final]),
+        "doc_id": id_array(ids),
+        "dedup_id": id_array(ids[final]),
         "is_canonical": pa.array(is_canonical),
         "keep": pa.array(is_canonical),
         "drop_stage": pa.array(drop_stage, type=pa.string()),
@@ -70,8 +87,9 @@ def annotate(table: DocTable, exact: ExactResult, fuzzy: FuzzyResult | None, out
         "similarity": pa.array(similarity),
         "cluster_size": pa.array(cluster_size.astype(np.int64)),
         "weight": pa.array(weight),
-        "exact_group": _id_array(ids[exact_canon]),
-        "fuzzy_group": _id_array(ids[final]),
+        "exact_group": id_array(ids[exact_canon]),
+        "fuzzy_group": id_array(ids[fuzzy_canon]),
+        "semantic_group": id_array(ids[final]),
     })
 
 
@@ -84,18 +102,25 @@ def alias_table(annotations: pa.Table) -> pa.Table:
                      "stage": df.column("drop_stage"), "similarity": df.column("similarity")})
 
 
-def edge_table(table: DocTable, fuzzy: FuzzyResult | None, threshold: float) -> pa.Table:
-    """Every verified candidate pair (both ends exact canonicals) with its score."""
-    if fuzzy is None:
-        i = j = np.empty(0, np.int64)
-        score = np.empty(0, np.float64)
-        kind = "jaccard"
-    else:
-        i, j, score, kind = fuzzy.edge_i, fuzzy.edge_j, fuzzy.edge_score, fuzzy.score_kind
+def edge_table(table: DocTable, fuzzy: FuzzyResult | None, fuzzy_threshold: float,
+               semantic: SemanticResult | None = None, semantic_threshold: float = 1.0) -> pa.Table:
+    """Every verified fuzzy candidate pair (both ends exact canonicals) with its Jaccard (method
+    ``jaccard``, or ``minhash`` estimates without verification), then every within-cluster pair of the
+    semantic stage with cosine at or above its threshold (method ``cosine``)."""
+    parts = []
+    if fuzzy is not None:
+        parts.append((fuzzy.edge_i, fuzzy.edge_j, fuzzy.edge_score, fuzzy.score_kind, fuzzy_threshold))
+    if semantic is not None:
+        parts.append((semantic.edge_i, semantic.edge_j, semantic.edge_score, "cosine", semantic_threshold))
+    i = np.concatenate([p[0] for p in parts] + [np.empty(0, np.int64)])
+    j = np.concatenate([p[1] for p in parts] + [np.empty(0, np.int64)])
+    score = np.concatenate([p[2] for p in parts] + [np.empty(0, np.float64)])
+    above = np.concatenate([p[2] >= p[4] for p in parts] + [np.empty(0, bool)])
+    method = np.concatenate([np.full(len(p[2]), p[3], dtype=object) for p in parts] + [np.empty(0, object)])
     return pa.table({
-        "id_a": _id_array(table.ids[i]) if len(i) else _id_array(table.ids[:0]),
-        "id_b": _id_array(table.ids[j]) if len(j) else _id_array(table.ids[:0]),
+        "id_a": id_array(table.ids[i]),
+        "id_b": id_array(table.ids[j]),
         "score": pa.array(score, type=pa.float64()),
-        "above_threshold": pa.array(score >= threshold),
-        "method": pa.array(np.full(len(score), kind, dtype=object), type=pa.string()),
+        "above_threshold": pa.array(above, type=pa.bool_()),
+        "method": pa.array(method, type=pa.string()),
     })

@@ -71,7 +71,8 @@ def dedup(ddf, config: Config | str | None = None, overrides=None):
     if "_ord" not in ddf.columns:
         narrow = ddf.map_partitions(_to_narrow, cfg.input, meta=NARROW_META)
     with Executor(cfg.run.scheduler, cfg.run.workers, cfg.run.progress) as executor:
-        table, _, _, annotations = deduplicate(narrow, cfg, executor, select(cfg.run.backend), Timer())
+        result = deduplicate(narrow, cfg, executor, select(cfg.run.backend), Timer())
+    table, annotations = result.table, result.annotations
     offs = table.part_offsets
     parts = [annotations.slice(offs[p], offs[p + 1] - offs[p]) for p in range(len(offs) - 1)]
     meta = _attach(ddf._meta, [annotations.slice(0, 0)])

@@ -18,6 +18,8 @@ class Backend:
     name: str
     minhash: ModuleType  # text_hashes, signatures, band_keys
     pairs: ModuleType  # bucket_pairs, jaccard_pairs, signature_agreement, components
+    semantic: ModuleType  # kmeans_fit, assign, cluster_pairs, greedy_keep
+    torch_device: str = "cpu"
 
 
 def gpu_available() -> bool:
@@ -31,7 +33,7 @@ def gpu_available() -> bool:
 
 def select(name: str = "auto") -> Backend:
     """Resolve ``auto | cpu | gpu`` to a Backend; ``gpu`` without a usable device is an error."""
-    from .kernels import minhash, pairs
+    from .kernels import minhash, pairs, semantic
     if name not in ("auto", "cpu", "gpu"):
         raise ConfigError(f"run.backend must be auto, cpu or gpu; got {name!r}")
     if name == "gpu":
@@ -39,4 +41,4 @@ def select(name: str = "auto") -> Backend:
             raise ConfigError("run.backend=gpu but no CUDA device is visible to CuPy "
                               "(install the gpu extra or use --backend cpu)")
         raise ConfigError("run.backend=gpu: the GPU kernels are not part of this version yet; use --backend cpu")
-    return Backend("cpu", minhash, pairs)
+    return Backend("cpu", minhash, pairs, semantic)

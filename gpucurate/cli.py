@@ -75,6 +75,10 @@ def print_summary(summary: dict, output: str) -> None:
     if fz.get("enabled"):
         t.add_row(f"fuzzy (b={fz['bands']} r={fz['rows']})", f"{st['exact']['remaining']:,}",
                   f"{fz['duplicates']:,}", f"{fz['remaining']:,}", f"{times.get('fuzzy', 0):.2f}")
+    sem = st.get("semantic", {})
+    if sem.get("enabled"):
+        t.add_row(f"semantic ({sem['clusters']:,} clusters)", f"{fz['remaining']:,}", f"{sem['duplicates']:,}",
+                  f"{sem['remaining']:,}", f"{times.get('semantic', 0):.2f}")
     t.add_row("write", "", "", "", f"{times.get('write', 0):.2f}")
     console.print(t)
     if summary.get("jit_compiled"):

