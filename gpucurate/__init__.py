@@ -1,8 +1,8 @@
-"""gpucurate: find exact and near-duplicate documents in large text collections and annotate them
+"""gpucurate: find exact, near-duplicate and semantic duplicate documents in large text collections and annotate them
 (canonical, aliases, audit trail) instead of deleting them.
 
 Main entry points: ``gpucurate.run(inputs, output, config, overrides)`` (the CLI's ``run``) and, for
-Dask DataFrames, ``read``, ``dedup``, ``exact_dedup`` and ``fuzzy_dedup``.
+Dask DataFrames, ``read``, ``dedup``, ``exact_dedup``, ``fuzzy_dedup`` and ``semantic_dedup``.
 """
 
 __version__ = "0.1.0"
@@ -20,11 +20,11 @@ run.__doc__ = "Deduplicate input files into an annotated output directory; see g
 
 
 def __getattr__(name):
-    if name in ("read", "dedup", "exact_dedup", "fuzzy_dedup"):
+    if name in ("read", "dedup", "exact_dedup", "fuzzy_dedup", "semantic_dedup"):
         from . import api
         return getattr(api, name)
     raise AttributeError(name)
 
 
-__all__ = ["run", "read", "dedup", "exact_dedup", "fuzzy_dedup", "Config", "load_config", "GpucurateError",
+__all__ = ["run", "read", "dedup", "exact_dedup", "fuzzy_dedup", "semantic_dedup", "Config", "load_config", "GpucurateError",
            "ConfigError", "InputError", "__version__"]

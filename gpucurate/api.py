@@ -4,7 +4,7 @@
 >>> annotated = gpucurate.dedup(ddf, overrides={"fuzzy.threshold": 0.85})
 >>> annotated[annotated.keep].compute()
 
-``dedup`` (exact then fuzzy), ``exact_dedup`` and ``fuzzy_dedup`` also take any Dask DataFrame with the
+``dedup`` (exact, fuzzy, semantic), ``exact_dedup``, ``fuzzy_dedup`` and ``semantic_dedup`` also take any Dask DataFrame with the
 configured text and id columns (``input.text_field``, ``input.id_field``); their result is that frame
 with the annotation columns added (``gpucurate.annotate.ANNOTATION_COLUMNS``). The global steps
 (grouping, clustering) run when the function is called; attaching the columns is lazy.
@@ -65,7 +65,8 @@ def _attach(df: pd.DataFrame, parts: list, partition_info=None) -> pd.DataFrame:
 
 
 def dedup(ddf, config: Config | str | None = None, overrides=None):
-    """Exact + fuzzy deduplication of a Dask DataFrame; returns it with the annotation columns."""
+    """Exact, fuzzy and (when enabled) semantic deduplication of a Dask DataFrame; returns it with the
+    annotation columns."""
     cfg = resolve_config(config, overrides)
     narrow = ddf
     if "_ord" not in ddf.columns:
@@ -80,14 +81,21 @@ def dedup(ddf, config: Config | str | None = None, overrides=None):
 
 
 def exact_dedup(ddf, config: Config | str | None = None, overrides=None):
-    """Exact stage only (fuzzy disabled)."""
+    """Exact stage only (fuzzy and semantic disabled)."""
     cfg = resolve_config(config, overrides)
-    cfg.fuzzy.enabled = False
+    cfg.fuzzy.enabled = cfg.semantic.enabled = False
     return dedup(ddf, cfg)
 
 
 def fuzzy_dedup(ddf, config: Config | str | None = None, overrides=None):
-    """Fuzzy stage only (exact disabled: identical texts are found as Jaccard 1.0 pairs)."""
+    """Fuzzy stage only (exact and semantic disabled: identical texts are found as Jaccard 1.0 pairs)."""
     cfg = resolve_config(config, overrides)
-    cfg.exact.enabled = False
+    cfg.exact.enabled = cfg.semantic.enabled = False
+    return dedup(ddf, cfg)
+
+
+def semantic_dedup(ddf, config: Config | str | None = None, overrides=None):
+    """Exact then semantic stages (fuzzy disabled); needs the semantic extra."""
+    cfg = resolve_config(config, overrides)
+    cfg.fuzzy.enabled, cfg.semantic.enabled = False, True
     return dedup(ddf, cfg)

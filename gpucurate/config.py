@@ -101,6 +101,12 @@ class SemanticConfig:
     min_chars: int = 20
     #: the encoder sees at most this many tokens of each text
     max_tokens: int = 256
+    #: documents outside the model's vocabulary are not compared: more than this fraction of unknown
+    #: tokens, or more tokens per word than this (words split into characters); null -> no check. An
+    #: English model embeds Chinese (unknown tokens) or Russian/Korean (split words) text as near-identical
+    #: vectors, so without the check unrelated documents in those languages are merged.
+    max_unknown_fraction: Optional[float] = 0.1
+    max_tokens_per_word: Optional[float] = 3.0
     #: texts per forward pass; null -> 32 on the CPU (fastest there), 256 on a GPU
     batch_size: Optional[int] = None
     #: auto: float32 on the CPU, float16 on a GPU; bfloat16 is ~2x faster on CPUs with AMX/AVX512-BF16
@@ -189,6 +195,10 @@ class Config:
         for key in ("max_tokens", "batch_size", "kmeans_sample", "kmeans_iter", "probes"):
             if getattr(sem, key) is not None and getattr(sem, key) < 1:
                 raise ConfigError(f"semantic.{key} must be >= 1, got {getattr(sem, key)}")
+        if sem.max_unknown_fraction is not None and not 0.0 <= sem.max_unknown_fraction <= 1.0:
+            raise ConfigError(f"semantic.max_unknown_fraction must be in [0, 1] or null, got {sem.max_unknown_fraction}")
+        if sem.max_tokens_per_word is not None and sem.max_tokens_per_word < 1.0:
+            raise ConfigError(f"semantic.max_tokens_per_word must be >= 1 or null, got {sem.max_tokens_per_word}")
         if sem.min_chars < 0 or (sem.n_clusters is not None and sem.n_clusters < 1):
             raise ConfigError("semantic.min_chars must be >= 0 and semantic.n_clusters >= 1 (or null)")
         if self.input.partition_bytes < 1024 or self.input.partition_rows < 1:

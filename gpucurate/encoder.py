@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -54,6 +55,18 @@ def resolve_model_path(model: str | None) -> Path:
     return path
 
 
+@dataclass
+class Tokens:
+    """Tokenized texts: ``ids`` (list of token-id lists), and per text the fraction of its tokens that are
+    the unknown token (``unknown_fraction``) and the tokens per pre-tokenizer word (``tokens_per_word``).
+    Text in a script the model was not trained on shows up as many unknown tokens (Chinese in an
+    English WordPiece vocabulary) or as words shattered into single characters (Russian, Korean)."""
+
+    ids: list
+    unknown_fraction: np.ndarray
+    tokens_per_word: np.ndarray
+
+
 class Encoder:
     """``encode(texts) -> float32[n, dim]`` unit vectors.
 
@@ -82,22 +95,39 @@ class Encoder:
             raise ConfigError(f"semantic.max_tokens={max_tokens} exceeds the model's {limit} positions")
         self.dim = int(self.model.config.hidden_size)
 
-    def token_ids(self, texts: list[str]) -> list[list[int]]:
-        """Token ids of each text, truncated to ``max_tokens`` (special tokens included)."""
+    def tokenize(self, texts: list[str]) -> Tokens:
+        """Token ids of each text, truncated to ``max_tokens`` (special tokens included), and how well the
+        model's vocabulary covers the text (see ``Tokens``)."""
+        if not texts:
+            return Tokens([], np.zeros(0), np.zeros(0))
         cut = self.max_tokens * CHARS_PER_TOKEN_BOUND
         texts = [t if len(t) <= cut else t[:cut] for t in texts]
-        return self.tokenizer(texts, truncation=True, max_length=self.max_tokens, padding=False,
-                              return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+        enc = self.tokenizer(texts, truncation=True, max_length=self.max_tokens, padding=False,
+                             return_attention_mask=False, return_token_type_ids=False)
+        ids = enc["input_ids"]
+        unk = self.tokenizer.unk_token_id
+        unknown = np.zeros(len(ids))
+        per_word = np.zeros(len(ids))
+        for r, row in enumerate(ids):
+            words = [w for w in enc.word_ids(r) if w is not None]
+            if words:
+                unknown[r] = sum(1 for t in row if t == unk) / len(words)
+                per_word[r] = len(words) / len(set(words))
+        return Tokens(ids, unknown, per_word)
 
     def encode(self, texts: list[str], progress: bool = False) -> np.ndarray:
+        """float32[n, dim] unit vectors of ``texts``."""
+        return self.encode_tokens(self.tokenize(texts).ids, progress)
+
+    def encode_tokens(self, ids: list[list[int]], progress: bool = False) -> np.ndarray:
+        """float32[n, dim] unit vectors of already tokenized texts (``tokenize(...).ids``)."""
         import torch
         from tqdm.auto import tqdm
 
-        n = len(texts)
+        n = len(ids)
         out = np.zeros((n, self.dim), dtype=np.float32)
         if n == 0:
             return out
-        ids = self.token_ids(texts)
         lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=n)
         order = np.lexsort((np.arange(n), -lengths))  # longest first: the largest batch is allocated once
         pad = self.tokenizer.pad_token_id or 0

@@ -95,7 +95,7 @@ def test_paraphrases_are_grouped_and_singles_kept(paraphrase_run):
     assert sem["documents"] == 2 * len(PARAPHRASES) + len(SINGLES)  # not "short", not the exact copy
     assert sem["too_short"] == 1 and sem["embeddings_computed"] == sem["documents"]
     assert summary["documents_kept"] == len(PARAPHRASES) + len(SINGLES) + 1
-    assert set(sem["step_seconds"]) == {"gather", "load_model", "embed", "kmeans", "within_cluster"}
+    assert set(sem["step_seconds"]) == {"gather", "load_model", "tokenize", "embed", "kmeans", "within_cluster"}
 
 
 def test_outputs_edges_aliases_embeddings(paraphrase_run):
@@ -188,7 +188,7 @@ def test_encoder_batching_does_not_change_embeddings():
     alone = np.vstack([enc.encode([t]) for t in texts])
     assert batched.shape == (len(texts), 384)
     assert np.allclose(batched, alone, atol=1e-5)
-    assert len(enc.token_ids(texts)[-1]) == 256
+    assert len(enc.tokenize(texts).ids[-1]) == 256
 
 
 def test_auto_enable_and_summary(tmp_path, monkeypatch):
@@ -211,3 +211,65 @@ def test_bad_model_path_is_a_clear_error(tmp_path, capsys):
     assert "semantic.model" in err and "nope" in err
     with pytest.raises(ConfigError, match="semantic.threshold"):
         run([str(src)], tmp_path / "o2", overrides={"semantic.threshold": 1.5})
+
+
+def test_semantic_dedup_on_a_dask_frame(paraphrase_run):
+    import dask.dataframe as dd
+    import gpucurate
+    _, expected, _ = paraphrase_run
+    frame = pd.DataFrame(paraphrase_records())
+    got = gpucurate.semantic_dedup(dd.from_pandas(frame, npartitions=3),
+                                   overrides={"semantic.threshold": THRESHOLD, "run.progress": False}).compute()
+    assert set(got.drop_stage.dropna()) == {"exact", "semantic"}
+    got = got.sort_values("doc_id", kind="stable").reset_index(drop=True)
+    # the fuzzy stage finds nothing here, so the result equals the full pipeline's
+    assert list(got.dedup_id) == list(expected.dedup_id)
+
+
+def test_invariants_hold_with_the_semantic_stage(paraphrase_run):
+    _, ann, _ = paraphrase_run
+    records = paraphrase_records()
+    assert sorted(ann.doc_id) == sorted(r["id"] for r in records) and ann.doc_id.is_unique
+    ids = set(ann.doc_id)
+    for col in ("dedup_id", "exact_group", "fuzzy_group", "semantic_group"):
+        assert set(ann[col]) <= ids
+    canon = ann[ann.is_canonical]
+    assert (canon.dedup_id == canon.doc_id).all() and canon.drop_stage.isna().all()
+    assert ann.set_index("doc_id").loc[ann.dedup_id, "is_canonical"].all(), "dedup_id is always a canonical"
+    assert (ann.dedup_id == ann.semantic_group).all()
+
+
+def test_texts_outside_the_model_vocabulary_are_not_compared(tmp_path):
+    """Unrelated Korean, Russian and Chinese documents of the demo corpus: the English default model gives
+    them near-identical embeddings, so unchecked they are merged; the vocabulary check leaves them out."""
+    from gpucurate.demo import generate_corpus
+    frame = generate_corpus(n_docs=400, seed=3)
+    frame = frame[frame.lang.isin(["ko", "ru", "zh"]) & (frame.text.str.len() > 200)]
+    frame = frame.drop_duplicates("true_cluster").head(40)
+    records = [{"id": r.id, "text": r.text} for r in frame.itertuples()]
+    records += [{"id": "en", "text": PARAPHRASES[0][0]}, {"id": "en2", "text": PARAPHRASES[0][1]}]
+    src = write_jsonl(tmp_path / "docs.jsonl", records)
+    over = {**SEM, "fuzzy.enabled": False}
+    summary = run([str(src)], tmp_path / "out", overrides=over)
+    sem = summary["stages"]["semantic"]
+    assert sem["outside_vocabulary"] == len(frame) and sem["documents"] == 2 and sem["duplicates"] == 1
+    assert read_annotations(tmp_path / "out").set_index("doc_id").loc[list(frame.id)].keep.all()
+    summary = run([str(src)], tmp_path / "unchecked", overrides={
+        **over, "semantic.max_unknown_fraction": None, "semantic.max_tokens_per_word": None})
+    assert summary["stages"]["semantic"]["outside_vocabulary"] == 0
+    assert summary["stages"]["semantic"]["duplicates"] > 1
+
+
+@pytest.mark.parametrize("keep", ["nearest", "farthest"])
+def test_keep_nearest_and_farthest_to_the_centroid(tmp_path, keep):
+    src = write_jsonl(tmp_path / "docs.jsonl", paraphrase_records())
+    run([str(src)], tmp_path / "out", overrides={**SEM, "semantic.keep": keep, "semantic.n_clusters": 1})
+    by_id = read_annotations(tmp_path / "out").set_index("doc_id")
+    emb = pq.read_table(tmp_path / "out" / "embeddings").to_pandas().set_index("doc_id")
+    x = np.stack(emb.embedding.to_numpy())
+    centre = x.mean(axis=0) / np.linalg.norm(x.mean(axis=0))  # k-means with one cluster: the mean
+    cos = dict(zip(emb.index, x @ centre))
+    for i in range(len(PARAPHRASES)):
+        a, b = f"a{i}", f"b{i}"
+        expected = max((a, b), key=lambda d: cos[d] if keep == "nearest" else -cos[d])
+        assert by_id.loc[a].dedup_id == expected == by_id.loc[b].dedup_id

@@ -2,7 +2,9 @@
 
 Only the documents that are still canonical after the exact and fuzzy stages, with at least
 ``semantic.min_chars`` characters of normalized text, take part; the encoder sees that normalized text
-truncated to ``semantic.max_tokens`` tokens. Similarity is the cosine of L2-normalized embeddings
+truncated to ``semantic.max_tokens`` tokens. Documents the model's vocabulary does not cover
+(``semantic.max_unknown_fraction``, ``semantic.max_tokens_per_word``: text in a language or script the
+model was not trained on, whose embeddings would all look alike) are left out and counted. Similarity is the cosine of L2-normalized embeddings
 (a dot product). Within each k-means cluster, members are visited in keep-priority order
 (``semantic.keep``); a member is a duplicate when its cosine to an earlier *kept* member is at least
 ``semantic.threshold``, and it then points to the most similar such member. Pairs in different
@@ -155,7 +157,22 @@ class SemanticDedup:
         model = model_fingerprint(encoder)
         steps["load_model"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        embeddings, reused = self._embed(encoder, model, texts, hashes[rows])
+        tokens = encoder.tokenize(texts)
+        covered = np.ones(len(rows), dtype=bool)
+        if cfg.max_unknown_fraction is not None:
+            covered &= tokens.unknown_fraction <= cfg.max_unknown_fraction
+        if cfg.max_tokens_per_word is not None:
+            covered &= tokens.tokens_per_word <= cfg.max_tokens_per_word
+        uncovered = int((~covered).sum())
+        if uncovered:
+            log.warning("semantic: %d of %d documents are outside the vocabulary of %s (unknown tokens or "
+                        "words split into characters: another language or script) and are not compared; "
+                        "set semantic.model to a model for their language", uncovered, len(rows), encoder.name)
+        rows = rows[covered]
+        token_ids = [t for t, c in zip(tokens.ids, covered) if c]
+        steps["tokenize"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        embeddings, reused = self._embed(encoder, model, token_ids, hashes[rows])
         steps["embed"] = time.perf_counter() - t0
 
         m = len(rows)
@@ -188,7 +205,8 @@ class SemanticDedup:
         ei, ej = rows[pa_], rows[pb_]  # a < b point indices, so table rows ascending too
         encoded = m - reused
         stats = {"model": model["model"], "device": self.device, "documents": int(m),
-                 "too_short": int(participants.sum()) - m, "embeddings_computed": int(encoded),
+                 "too_short": int(participants.sum()) - m - uncovered, "outside_vocabulary": uncovered,
+                 "embeddings_computed": int(encoded),
                  "embeddings_reused": int(reused), "dim": encoder.dim, "clusters": int(n_clusters),
                  "probes": int(labels.shape[1]),
                  "largest_cluster": int(np.bincount(labels[:, 0]).max()) if m else 0,
@@ -200,12 +218,13 @@ class SemanticDedup:
         return SemanticResult(rows, rows[canon], similarity, labels[:, 0], ei, ej, scores.astype(np.float64), embeddings,
                               model, stats)
 
-    def _embed(self, encoder: Encoder, model: dict, texts: list[str], text_hashes: np.ndarray):
-        """Embeddings of ``texts``; those whose text hash is in ``semantic.reuse_embeddings`` are reused."""
+    def _embed(self, encoder: Encoder, model: dict, token_ids: list, text_hashes: np.ndarray):
+        """Embeddings of the tokenized texts; those whose text hash is in ``semantic.reuse_embeddings``
+        are reused. Returns ``(float32[m, dim], number reused)``."""
         if not self.cfg.reuse_embeddings:
-            return encoder.encode(texts, self.progress), 0
+            return encoder.encode_tokens(token_ids, self.progress), 0
         stored = load_embeddings(self.cfg.reuse_embeddings, model)
-        out = np.empty((len(texts), encoder.dim), dtype=np.float32)
+        out = np.empty((len(token_ids), encoder.dim), dtype=np.float32)
         missing = []
         for r, h in enumerate(text_hashes.tolist()):
             vec = stored.get(h)
@@ -214,8 +233,8 @@ class SemanticDedup:
             else:
                 out[r] = vec
         if missing:
-            out[missing] = encoder.encode([texts[r] for r in missing], self.progress)
-        return out, len(texts) - len(missing)
+            out[missing] = encoder.encode_tokens([token_ids[r] for r in missing], self.progress)
+        return out, len(token_ids) - len(missing)
 
     def _priority(self, table: DocTable, rows: np.ndarray, centroid_cos: np.ndarray) -> np.ndarray:
         """Sort key of ``semantic.keep`` (smaller is kept first; ties go to input order)."""
