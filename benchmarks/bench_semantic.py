@@ -178,13 +178,14 @@ def main() -> None:
     if args.speed_texts:
         result["encoder_speed"] = encoder_speed((left + right)[:args.speed_texts], args.batch_size, args.dtype)
 
-    print_table(sweep, ["n_clusters", "probes", "default", "pairs_found", "recall_vs_exhaustive", "pairs_compared", "kmeans_s",
-                        "within_s"], f"PAN {args.split}: {len(x):,} embedded, {len(exhaustive):,} exhaustive pairs "
-                                     f"at cosine >= {args.threshold}")
+    title = f"PAN {args.split}: {len(x):,} embedded, {len(exhaustive):,} exhaustive pairs at cosine >= {args.threshold}"
+    print_table(sweep, ["n_clusters", "probes", "default", "pairs_found", "recall_vs_exhaustive", "pairs_compared",
+                        "kmeans_s", "within_s"], title)
+    best = result["best_f1"]
     rows = [{"measure": k, "value": v} for k, v in {
-        **result["labels"], "best-F1 pair threshold": result["best_f1"]["threshold"],
-        "best F1 (precision, recall)": f"{result['best_f1']['f1']} ({result['best_f1']['precision']}, "
-                                       f"{result['best_f1']['recall']})", "embeddings/s (pipeline)": sem["embeddings_per_s"],
+        **result["labels"], "best-F1 pair threshold": best["threshold"],
+        "best F1 (precision, recall)": f"{best['f1']} ({best['precision']}, {best['recall']})",
+        "embeddings/s (pipeline)": sem["embeddings_per_s"],
         "kmeans+within / embed": result["cluster_steps_vs_embedding"],
         **{f"encoder {k}": v for k, v in result.get("encoder_speed", {}).items()}}.items()]
     print_table(rows, ["measure", "value"], "semantic stage")

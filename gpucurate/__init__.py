@@ -26,5 +26,6 @@ def __getattr__(name):
     raise AttributeError(name)
 
 
-__all__ = ["run", "read", "dedup", "exact_dedup", "fuzzy_dedup", "semantic_dedup", "Config", "load_config", "GpucurateError",
+__all__ = ["run", "read", "dedup", "exact_dedup", "fuzzy_dedup", "semantic_dedup", "Config", "load_config",
+           "GpucurateError",
            "ConfigError", "InputError", "__version__"]

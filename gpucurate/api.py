@@ -4,9 +4,9 @@
 >>> annotated = gpucurate.dedup(ddf, overrides={"fuzzy.threshold": 0.85})
 >>> annotated[annotated.keep].compute()
 
-``dedup`` (exact, fuzzy, semantic), ``exact_dedup``, ``fuzzy_dedup`` and ``semantic_dedup`` also take any Dask DataFrame with the
-configured text and id columns (``input.text_field``, ``input.id_field``); their result is that frame
-with the annotation columns added (``gpucurate.annotate.ANNOTATION_COLUMNS``). The global steps
+``dedup`` (exact, fuzzy, semantic), ``exact_dedup``, ``fuzzy_dedup`` and ``semantic_dedup`` also take any
+Dask DataFrame with the configured text and id columns (``input.text_field``, ``input.id_field``); their
+result is that frame with the annotation columns added (``gpucurate.annotate.ANNOTATION_COLUMNS``). The global steps
 (grouping, clustering) run when the function is called; attaching the columns is lazy.
 """
 

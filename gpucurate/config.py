@@ -196,7 +196,8 @@ class Config:
             if getattr(sem, key) is not None and getattr(sem, key) < 1:
                 raise ConfigError(f"semantic.{key} must be >= 1, got {getattr(sem, key)}")
         if sem.max_unknown_fraction is not None and not 0.0 <= sem.max_unknown_fraction <= 1.0:
-            raise ConfigError(f"semantic.max_unknown_fraction must be in [0, 1] or null, got {sem.max_unknown_fraction}")
+            raise ConfigError("semantic.max_unknown_fraction must be in [0, 1] or null, "
+                              f"got {sem.max_unknown_fraction}")
         if sem.max_tokens_per_word is not None and sem.max_tokens_per_word < 1.0:
             raise ConfigError(f"semantic.max_tokens_per_word must be >= 1 or null, got {sem.max_tokens_per_word}")
         if sem.min_chars < 0 or (sem.n_clusters is not None and sem.n_clusters < 1):

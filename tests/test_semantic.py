@@ -172,7 +172,8 @@ def test_empty_and_one_document_partitions(tmp_path, files):
     """Runs with 0 or 1 embedded document, and partitions that hold no participant (only exact copies)."""
     paths, n = [], 0
     for f, texts in enumerate(files):
-        paths.append(str(write_jsonl(tmp_path / f"f{f}.jsonl", [{"id": n + i, "text": t} for i, t in enumerate(texts)])))
+        records = [{"id": n + i, "text": t} for i, t in enumerate(texts)]
+        paths.append(str(write_jsonl(tmp_path / f"f{f}.jsonl", records)))
         n += len(texts)
     summary = run(paths, tmp_path / "out", overrides=SEM)
     assert summary["stages"]["semantic"]["documents"] == (0 if files[0] == ["tiny"] else 1)
@@ -273,3 +274,18 @@ def test_keep_nearest_and_farthest_to_the_centroid(tmp_path, keep):
         a, b = f"a{i}", f"b{i}"
         expected = max((a, b), key=lambda d: cos[d] if keep == "nearest" else -cos[d])
         assert by_id.loc[a].dedup_id == expected == by_id.loc[b].dedup_id
+
+
+@pytest.mark.gpu
+def test_cuda_device_gives_the_same_groups(tmp_path, paraphrase_run):
+    """The encoder and cluster search on CUDA (float16 forward pass) find the same groups as the CPU."""
+    import torch
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    _, expected, _ = paraphrase_run
+    src = write_jsonl(tmp_path / "docs.jsonl", paraphrase_records())
+    summary = run([str(src)], tmp_path / "out", overrides={**SEM, "semantic.device": "cuda"})
+    assert summary["stages"]["semantic"]["device"] == "cuda"
+    got = read_annotations(tmp_path / "out")
+    assert list(got.dedup_id) == list(expected.dedup_id)
+    assert np.allclose(got.similarity, expected.similarity, atol=0.01)

@@ -4,11 +4,13 @@ Only the documents that are still canonical after the exact and fuzzy stages, wi
 ``semantic.min_chars`` characters of normalized text, take part; the encoder sees that normalized text
 truncated to ``semantic.max_tokens`` tokens. Documents the model's vocabulary does not cover
 (``semantic.max_unknown_fraction``, ``semantic.max_tokens_per_word``: text in a language or script the
-model was not trained on, whose embeddings would all look alike) are left out and counted. Similarity is the cosine of L2-normalized embeddings
-(a dot product). Within each k-means cluster, members are visited in keep-priority order
-(``semantic.keep``); a member is a duplicate when its cosine to an earlier *kept* member is at least
-``semantic.threshold``, and it then points to the most similar such member. Pairs in different
-clusters are never compared: that recall loss is what ``n_clusters`` trades against time
+model was not trained on, whose embeddings would all look alike) are left out and counted.
+
+Similarity is the cosine of L2-normalized embeddings (a dot product). Each document is compared with the
+members of its ``semantic.probes`` nearest k-means clusters. Documents are visited in keep-priority
+order (``semantic.keep``); a document is a duplicate when its cosine to an earlier *kept* document it was
+compared with is at least ``semantic.threshold``, and it then points to the most similar such document.
+Pairs never compared are the recall that ``n_clusters`` and ``probes`` trade against time
 (benchmarks/bench_semantic.py measures it).
 """
 
@@ -141,7 +143,7 @@ class SemanticDedup:
 
     def run(self, ddf, table: DocTable, participants: np.ndarray, hashes: np.ndarray,
             executor: Executor) -> SemanticResult:
-        cfg, k = self.cfg, self.backend.semantic
+        cfg = self.cfg
         steps: dict[str, float] = {}
         t0 = time.perf_counter()
         offs = table.part_offsets
@@ -150,6 +152,7 @@ class SemanticDedup:
         parts = executor.compute(tasks, "semantic: gather")
         rows = np.concatenate([offs[p] + r for p, (r, _) in enumerate(parts)]).astype(np.int64)
         texts = pa.concat_arrays([t for _, t in parts]).to_pylist() if parts else []
+        too_short = int(participants.sum()) - len(rows)
         steps["gather"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -158,16 +161,7 @@ class SemanticDedup:
         steps["load_model"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         tokens = encoder.tokenize(texts)
-        covered = np.ones(len(rows), dtype=bool)
-        if cfg.max_unknown_fraction is not None:
-            covered &= tokens.unknown_fraction <= cfg.max_unknown_fraction
-        if cfg.max_tokens_per_word is not None:
-            covered &= tokens.tokens_per_word <= cfg.max_tokens_per_word
-        uncovered = int((~covered).sum())
-        if uncovered:
-            log.warning("semantic: %d of %d documents are outside the vocabulary of %s (unknown tokens or "
-                        "words split into characters: another language or script) and are not compared; "
-                        "set semantic.model to a model for their language", uncovered, len(rows), encoder.name)
+        covered = self._covered(tokens, encoder.name)
         rows = rows[covered]
         token_ids = [t for t, c in zip(tokens.ids, covered) if c]
         steps["tokenize"] = time.perf_counter() - t0
@@ -175,48 +169,75 @@ class SemanticDedup:
         embeddings, reused = self._embed(encoder, model, token_ids, hashes[rows])
         steps["embed"] = time.perf_counter() - t0
 
-        m = len(rows)
         t0 = time.perf_counter()
-        n_clusters = min(m, cfg.n_clusters or max(1, math.ceil(math.sqrt(m))))
-        if m >= 2 and n_clusters > 1:
-            centroids = k.kmeans_fit(embeddings, n_clusters, cfg.seed, cfg.kmeans_iter, cfg.kmeans_sample)
-        else:
-            n_clusters = 1
-            centroids = embeddings.mean(axis=0, keepdims=True) if m else np.zeros((1, encoder.dim), np.float32)
-        labels, centroid_cos = k.assign(embeddings, centroids, cfg.probes, self.device)
+        labels, centroid_cos, n_clusters = self._cluster(embeddings)
         steps["kmeans"] = time.perf_counter() - t0
-
         t0 = time.perf_counter()
-        pa_, pb_, scores, compared = k.cluster_pairs(embeddings, labels, n_clusters, cfg.threshold, self.device)
-        # number the points in keep-priority order; each edge goes from the later point to the earlier
-        order = np.lexsort((rows, self._priority(table, rows, centroid_cos)))
-        position = np.empty(m, dtype=np.int64)
-        position[order] = np.arange(m)
-        pi, pj = np.maximum(position[pa_], position[pb_]), np.minimum(position[pa_], position[pb_])
-        by_later = np.lexsort((pj, pi))
-        canon_pos, score = k.greedy_keep(m, pi[by_later], pj[by_later], scores[by_later])
-        canon = np.empty(m, dtype=np.int64)
-        canon[order] = order[canon_pos]  # point -> the point it keeps as its canonical (itself when kept)
-        similarity = np.empty(m, dtype=np.float64)
-        similarity[order] = score
+        pair_a, pair_b, scores, compared = self.backend.semantic.cluster_pairs(embeddings, labels, n_clusters,
+                                                                              cfg.threshold, self.device)
+        canon, similarity = self._keep(pair_a, pair_b, scores, self._priority(table, rows, centroid_cos), rows)
         steps["within_cluster"] = time.perf_counter() - t0
 
+        m = len(rows)
         duplicates = int((canon != np.arange(m)).sum())
-        ei, ej = rows[pa_], rows[pb_]  # a < b point indices, so table rows ascending too
         encoded = m - reused
-        stats = {"model": model["model"], "device": self.device, "documents": int(m),
-                 "too_short": int(participants.sum()) - m - uncovered, "outside_vocabulary": uncovered,
-                 "embeddings_computed": int(encoded),
+        stats = {"model": model["model"], "device": self.device, "documents": int(m), "too_short": too_short,
+                 "outside_vocabulary": int((~covered).sum()), "embeddings_computed": int(encoded),
                  "embeddings_reused": int(reused), "dim": encoder.dim, "clusters": int(n_clusters),
-                 "probes": int(labels.shape[1]),
-                 "largest_cluster": int(np.bincount(labels[:, 0]).max()) if m else 0,
+                 "probes": int(labels.shape[1]), "largest_cluster": int(np.bincount(labels[:, 0]).max()) if m else 0,
                  "pairs_compared": int(compared), "edges": int(len(scores)), "duplicates": duplicates,
                  "embeddings_per_s": round(encoded / steps["embed"], 1) if encoded and steps["embed"] > 0 else None,
                  "step_seconds": {s: round(v, 4) for s, v in steps.items()}}
         log.info("semantic: %d documents embedded (%d reused) in %d clusters, %d duplicates", m, reused,
                  n_clusters, duplicates)
-        return SemanticResult(rows, rows[canon], similarity, labels[:, 0], ei, ej, scores.astype(np.float64), embeddings,
-                              model, stats)
+        # pair_a < pair_b are point indices, so the edges' table rows are ascending too
+        return SemanticResult(rows, rows[canon], similarity, labels[:, 0], rows[pair_a], rows[pair_b],
+                              scores.astype(np.float64), embeddings, model, stats)
+
+    def _covered(self, tokens, model_name: str) -> np.ndarray:
+        """bool[m]: texts the model's vocabulary covers (``max_unknown_fraction``, ``max_tokens_per_word``)."""
+        covered = np.ones(len(tokens.ids), dtype=bool)
+        if self.cfg.max_unknown_fraction is not None:
+            covered &= tokens.unknown_fraction <= self.cfg.max_unknown_fraction
+        if self.cfg.max_tokens_per_word is not None:
+            covered &= tokens.tokens_per_word <= self.cfg.max_tokens_per_word
+        if not covered.all():
+            log.warning("semantic: %d of %d documents are outside the vocabulary of %s (unknown tokens or "
+                        "words split into characters: another language or script) and are not compared; "
+                        "set semantic.model to a model for their language", int((~covered).sum()), len(covered),
+                        model_name)
+        return covered
+
+    def _cluster(self, embeddings: np.ndarray):
+        """k-means; returns ``(labels int64[m, probes], cosine to the nearest centroid float32[m], k)``."""
+        cfg, m = self.cfg, len(embeddings)
+        n_clusters = min(m, cfg.n_clusters or max(1, math.ceil(math.sqrt(m))))
+        if n_clusters > 1:
+            centroids = self.backend.semantic.kmeans_fit(embeddings, n_clusters, cfg.seed, cfg.kmeans_iter,
+                                                         cfg.kmeans_sample)
+        else:
+            n_clusters = 1
+            centroids = embeddings.mean(axis=0, keepdims=True) if m else np.zeros((1, embeddings.shape[1]), np.float32)
+        labels, centroid_cos = self.backend.semantic.assign(embeddings, centroids, cfg.probes, self.device)
+        return labels, centroid_cos, n_clusters
+
+    def _keep(self, pair_a, pair_b, scores, priority, rows):
+        """The keep rule over the compared pairs; returns ``(canon int64[m] point index of the kept point
+        each point points to, similarity float64[m] cosine to it)``."""
+        m = len(rows)
+        # number the points in keep-priority order; each edge goes from the later point to the earlier
+        order = np.lexsort((rows, priority))
+        position = np.empty(m, dtype=np.int64)
+        position[order] = np.arange(m)
+        later = np.maximum(position[pair_a], position[pair_b])
+        earlier = np.minimum(position[pair_a], position[pair_b])
+        by_later = np.lexsort((earlier, later))
+        canon_pos, score = self.backend.semantic.greedy_keep(m, later[by_later], earlier[by_later], scores[by_later])
+        canon = np.empty(m, dtype=np.int64)
+        canon[order] = order[canon_pos]
+        similarity = np.empty(m, dtype=np.float64)
+        similarity[order] = score
+        return canon, similarity
 
     def _embed(self, encoder: Encoder, model: dict, token_ids: list, text_hashes: np.ndarray):
         """Embeddings of the tokenized texts; those whose text hash is in ``semantic.reuse_embeddings``
