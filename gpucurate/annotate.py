@@ -8,14 +8,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .config import OutputConfig
+from .stages.contamination import ContaminationResult
 from .stages.exact import ExactResult
 from .stages.fuzzy import FuzzyResult
+from .stages.quality import QualityResult
 from .stages.semantic import SemanticResult
 from .table import DocTable
 
 #: annotation columns added to every record, in this order
 ANNOTATION_COLUMNS = ("doc_id", "dedup_id", "is_canonical", "keep", "drop_stage", "drop_reason", "similarity",
-                      "cluster_size", "weight", "exact_group", "fuzzy_group", "semantic_group")
+                      "cluster_size", "weight", "exact_group", "fuzzy_group", "semantic_group", "contaminated",
+                      "contamination", "stripped_text")
 
 
 def id_array(ids: np.ndarray) -> pa.Array:
@@ -23,12 +26,16 @@ def id_array(ids: np.ndarray) -> pa.Array:
 
 
 def annotate(table: DocTable, exact: ExactResult, fuzzy: FuzzyResult | None, out: OutputConfig,
-             semantic: SemanticResult | None = None) -> pa.Table:
+             semantic: SemanticResult | None = None, quality: QualityResult | None = None,
+             contamination: ContaminationResult | None = None) -> pa.Table:
     """Annotation columns for every document, in table order (``pa.Table`` with ANNOTATION_COLUMNS).
 
     Each stage maps the canonicals of the stage before to its own canonicals; a document's final
     canonical (``dedup_id``) is the composition. ``similarity`` and ``drop_reason`` describe the stage
     that grouped the document (exact copies inherit their exact canonical's fuzzy similarity).
+    ``keep`` is ``is_canonical`` minus the documents a gate drops: a document that fails a quality rule
+    took part in no dedup stage (it is its own canonical); a contaminated document keeps its dedup
+    columns, and ``drop_stage = contamination`` only when nothing else dropped it.
     """
     n = table.n
     rows = np.arange(n, dtype=np.int64)
@@ -69,19 +76,35 @@ def annotate(table: DocTable, exact: ExactResult, fuzzy: FuzzyResult | None, out
     describe(fuzzy_dup, fuzzy_canon, ("fuzzy", "near-duplicate of ", measure))
     describe(semantic_dup, final, ("semantic", "semantic duplicate of ", "cosine"))
 
+    gate_drop = np.zeros(n, bool)
+    if quality is not None and quality.failed.any():
+        r = np.flatnonzero(quality.failed)
+        drop_stage[r] = "quality"
+        reason[r] = quality.reasons(r)
+        gate_drop[r] = True
+    contaminated = np.zeros(n, bool)
+    label, stripped = np.full(n, None, dtype=object), np.full(n, None, dtype=object)
+    if contamination is not None:
+        contaminated, label, stripped = contamination.contaminated, contamination.label, contamination.stripped
+        r = np.flatnonzero(contamination.drop & ~gate_drop & is_canonical)
+        drop_stage[r] = "contamination"
+        reason[r] = contamination.drop_reason[r]
+        gate_drop |= contamination.drop
+    keep = is_canonical & ~gate_drop
+
     if out.weight == "hard":
-        weight = is_canonical.astype(np.float64)
-    elif out.weight == "soft":
-        weight = np.where(is_canonical, 1.0, out.soft_weight)
+        weight = keep.astype(np.float64)
+    elif out.weight == "soft":  # duplicates get soft_weight, documents a gate dropped 0
+        weight = np.where(keep, 1.0, np.where(gate_drop, 0.0, out.soft_weight))
     else:  # size: the canonical stands for its whole cluster
-        weight = np.where(is_canonical, cluster_size, 0).astype(np.float64)
+        weight = np.where(keep, cluster_size, 0).astype(np.float64)
 
     ids = table.ids
     return pa.table({
         "doc_id": id_array(ids),
         "dedup_id": id_array(ids[final]),
         "is_canonical": pa.array(is_canonical),
-        "keep": pa.array(is_canonical),
+        "keep": pa.array(keep),
         "drop_stage": pa.array(drop_stage, type=pa.string()),
         "drop_reason": pa.array(reason, type=pa.string()),
         "similarity": pa.array(similarity),
@@ -90,6 +113,9 @@ def annotate(table: DocTable, exact: ExactResult, fuzzy: FuzzyResult | None, out
         "exact_group": id_array(ids[exact_canon]),
         "fuzzy_group": id_array(ids[fuzzy_canon]),
         "semantic_group": id_array(ids[final]),
+        "contaminated": pa.array(contaminated),
+        "contamination": pa.array(label, type=pa.string()),
+        "stripped_text": pa.array(stripped, type=pa.string()),
     })
 
 

@@ -57,6 +57,31 @@ class NormalizeConfig:
 
 
 @dataclass
+class QualityConfig:
+    """Heuristic quality rules on the raw text, before dedup (Gopher-style); null turns a rule off.
+    The defaults turn every rule off; configs/web-crawl.yaml sets the usual values."""
+
+    enabled: bool = True
+    min_words: Optional[int] = None
+    max_words: Optional[int] = None
+    #: mean characters per word
+    min_mean_word_length: Optional[float] = None
+    max_mean_word_length: Optional[float] = None
+    #: ('#' + ellipses) per word
+    max_symbol_word_ratio: Optional[float] = None
+    #: fractions of the non-blank lines that end with an ellipsis, start with a bullet, repeat an earlier line
+    max_ellipsis_line_fraction: Optional[float] = None
+    max_bullet_line_fraction: Optional[float] = None
+    max_duplicate_line_fraction: Optional[float] = None
+    #: fraction of word characters covered by the most frequent word 2/3/4-gram
+    max_top_2gram_fraction: Optional[float] = None
+    max_top_3gram_fraction: Optional[float] = None
+    max_top_4gram_fraction: Optional[float] = None
+    #: fraction of words with at least one letter
+    min_alpha_word_fraction: Optional[float] = None
+
+
+@dataclass
 class ExactConfig:
     enabled: bool = True
 
@@ -85,6 +110,9 @@ class FuzzyConfig:
     #: and its successor (bounds pairs per bucket); below it, all pairs are compared
     max_bucket_size: int = 1000
     bucket_anchors: int = 8
+    #: texts with fewer words (characters with char shingles) after normalization skip the fuzzy stage:
+    #: MinHash of a handful of shingles is noisy (they still take part in exact dedup)
+    min_length: int = 0
 
 
 @dataclass
@@ -133,6 +161,26 @@ class SemanticConfig:
 
 
 @dataclass
+class ContaminationConfig:
+    """Benchmark-contamination gate: word n-gram overlap with benchmark items (off without benchmarks)."""
+
+    #: each {name, path, fields, id_field} (or "name=path:field1,field2"): JSON Lines or Parquet files, or
+    #: a directory of them; an item is its fields joined by newlines
+    benchmarks: list = field(default_factory=list, metadata={"items": "any"})
+    #: words per n-gram; an item with fewer words is one n-gram of all its words
+    ngram: int = 13
+    #: distinct n-grams of one item a document must contain
+    min_matches: int = 1
+    #: n-grams found in more than this many documents are ignored (too common to be evidence); null -> none
+    max_doc_frequency: Optional[int] = 100
+    #: flag: annotate only; drop: keep=false; strip: remove the matched spans (+ strip_window characters
+    #: on each side) into stripped_text, dropping the document when fewer than strip_min_chars remain
+    action: str = _choice("flag", "flag", "drop", "strip")
+    strip_window: int = 200
+    strip_min_chars: int = 200
+
+
+@dataclass
 class CanonicalConfig:
     """Which member of a cluster is kept as its canonical; ties go to input order."""
 
@@ -163,9 +211,11 @@ class RunConfig:
 class Config:
     input: InputConfig = field(default_factory=InputConfig)
     normalize: NormalizeConfig = field(default_factory=NormalizeConfig)
+    quality: QualityConfig = field(default_factory=QualityConfig)
     exact: ExactConfig = field(default_factory=ExactConfig)
     fuzzy: FuzzyConfig = field(default_factory=FuzzyConfig)
     semantic: SemanticConfig = field(default_factory=SemanticConfig)
+    contamination: ContaminationConfig = field(default_factory=ContaminationConfig)
     canonical: CanonicalConfig = field(default_factory=CanonicalConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     run: RunConfig = field(default_factory=RunConfig)
@@ -202,6 +252,19 @@ class Config:
             raise ConfigError(f"semantic.max_tokens_per_word must be >= 1 or null, got {sem.max_tokens_per_word}")
         if sem.min_chars < 0 or (sem.n_clusters is not None and sem.n_clusters < 1):
             raise ConfigError("semantic.min_chars must be >= 0 and semantic.n_clusters >= 1 (or null)")
+        c = self.contamination
+        if c.ngram < 1 or c.min_matches < 1 or c.strip_window < 0 or c.strip_min_chars < 0:
+            raise ConfigError("contamination.ngram and min_matches must be >= 1, strip_window and "
+                              "strip_min_chars >= 0")
+        if c.max_doc_frequency is not None and c.max_doc_frequency < 1:
+            raise ConfigError(f"contamination.max_doc_frequency must be >= 1 or null, got {c.max_doc_frequency}")
+        from .stages.contamination import parse_benchmarks
+        parse_benchmarks(c.benchmarks)
+        for key in ("min_words", "max_words"):
+            if getattr(self.quality, key) is not None and getattr(self.quality, key) < 0:
+                raise ConfigError(f"quality.{key} must be >= 0 or null")
+        if self.fuzzy.min_length < 0:
+            raise ConfigError(f"fuzzy.min_length must be >= 0, got {self.fuzzy.min_length}")
         if self.input.partition_bytes < 1024 or self.input.partition_rows < 1:
             raise ConfigError("input.partition_bytes must be >= 1024 and input.partition_rows >= 1")
         if self.run.workers is not None and self.run.workers < 1:
@@ -232,7 +295,10 @@ def _check_value(key: str, value: Any, tp: Any, meta) -> Any:
         if not isinstance(value, str):
             raise ConfigError(f"{key} must be a string, got {value!r}")
     elif tp is list or origin is list:
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        if meta.get("items") == "any":
+            if not isinstance(value, list):
+                raise ConfigError(f"{key} must be a list, got {value!r}")
+        elif not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{key} must be a list of strings, got {value!r}")
     choices = meta.get("choices")
     if choices and value not in choices:
@@ -284,7 +350,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | dict | No
 
     Parameters
     ----------
-    path : YAML file with sections ``input``, ``normalize``, ``exact``, ``fuzzy``, ``semantic``, ``canonical``,
+    path : YAML file with sections ``input``, ``normalize``, ``quality``, ``exact``, ``fuzzy``, ``semantic``,
+        ``contamination``, ``canonical``,
         ``output``, ``run``; missing keys keep their defaults.
     overrides : ``["fuzzy.threshold=0.85", ...]`` or ``{"fuzzy.threshold": 0.85, ...}``.
     base : start from a copy of this Config instead of the defaults.

@@ -1,4 +1,8 @@
-"""The main job: read -> normalize -> exact -> fuzzy -> semantic -> annotate -> write."""
+"""The main job: read -> quality -> normalize -> exact -> fuzzy -> semantic -> contamination -> annotate -> write.
+
+The quality and contamination gates compute their per-document results in the partition pass that
+reads the raw text (fused with normalization); their decisions are applied at annotation.
+"""
 
 from __future__ import annotations
 
@@ -19,9 +23,11 @@ from .config import Config, resolve_config
 from .executor import Executor, quiet_logs
 from .io.reader import ROW_BITS, plan_partitions, read_documents
 from .io.writer import prepare_output, write_json, write_partition, write_table
+from .stages.contamination import ContaminationGate, ContaminationResult
 from .stages.exact import ExactDedup, ExactResult
 from .stages.fuzzy import FuzzyDedup, FuzzyResult
 from .stages.normalize import Normalize
+from .stages.quality import QualityGate, QualityResult
 from .stages.semantic import SemanticDedup, SemanticResult, semantic_enabled, write_embeddings
 from .table import DocTable
 
@@ -91,6 +97,8 @@ def run(inputs: list[str] | str, output: str | os.PathLike, config: Config | str
                                    cfg.semantic.threshold), out / "edges.parquet", cfg)
             if result.semantic is not None and cfg.semantic.write_embeddings:
                 write_embeddings(result.semantic, table, result.exact.hashes, out, cfg.output.compression)
+            if result.contamination is not None:
+                write_json(result.contamination.report, out / "contamination_report.json")
         wall = time.perf_counter() - start
         summary = _summary(cfg, inputs, specs, report, result, timer, wall, backend.name, executor.description)
     write_json(summary, out / "summary.json")
@@ -103,33 +111,54 @@ class DedupResult:
     exact: ExactResult
     fuzzy: FuzzyResult | None
     semantic: SemanticResult | None
+    quality: QualityResult | None
+    contamination: ContaminationResult | None
     annotations: object  # pa.Table of ANNOTATION_COLUMNS in table order
 
 
 def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Timer, describe=None) -> DedupResult:
-    """Normalize, exact, fuzzy and semantic stages over a narrow Dask DataFrame (``io.reader.NARROW_META``);
-    each stage sees only the canonicals of the one before."""
+    """Gates and dedup stages over a narrow Dask DataFrame (``io.reader.NARROW_META``); each dedup stage
+    sees only the canonicals of the one before, and documents that fail a quality rule take no part."""
+    quality_gate = QualityGate(cfg.quality)
+    contamination_gate = ContaminationGate(cfg.contamination)
     with timer("read+normalize"):
         threads = executor.threads_per_task(narrow_ddf.npartitions)
-        ddf = executor.persist(Normalize(cfg.normalize).run(narrow_ddf, threads), "read+normalize")
+        ddf = narrow_ddf
+        if quality_gate.rules:
+            ddf = quality_gate.run(ddf)
+        if contamination_gate.enabled:
+            ddf = contamination_gate.run(ddf)
+        ddf = executor.persist(Normalize(cfg.normalize).run(ddf, threads), "read+normalize")
         table = DocTable.collect(ddf, executor, cfg.input.on_duplicate_id, describe)
+        quality = quality_gate.collect(ddf, executor) if quality_gate.rules else None
+    eligible = ~quality.failed if quality is not None else np.ones(table.n, bool)
     with timer("exact"):
-        exact = ExactDedup(cfg, backend).run(ddf, table, executor)
+        exact = ExactDedup(cfg, backend).run(ddf, table, executor, eligible)
     rows = np.arange(table.n)
-    canonical = (exact.canon == rows) & ~exact.empty
+    canonical = (exact.canon == rows) & ~exact.empty & eligible
+    if cfg.fuzzy.min_length:
+        units = exact.words if cfg.fuzzy.shingle == "word" else exact.chars
+        canonical_for_fuzzy = canonical & (units >= cfg.fuzzy.min_length)
+    else:
+        canonical_for_fuzzy = canonical
     fuzzy = None
     if cfg.fuzzy.enabled:
         with timer("fuzzy"):
-            fuzzy = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, backend).run(ddf, table, canonical, executor)
+            fuzzy = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, backend).run(ddf, table, canonical_for_fuzzy,
+                                                                             executor)
         canonical[fuzzy.rows[fuzzy.canon != fuzzy.rows]] = False
     semantic = None
     if semantic_enabled(cfg.semantic):
         with timer("semantic"):
             semantic = SemanticDedup(cfg.semantic, cfg.canonical.policy, backend, cfg.run.progress).run(
                 ddf, table, canonical, exact.hashes, executor)
+    contamination = None
+    if contamination_gate.enabled:
+        with timer("contamination"):
+            contamination = contamination_gate.collect(ddf, table, executor)
     with timer("annotate"):
-        annotations = annotate(table, exact, fuzzy, cfg.output, semantic)
-    return DedupResult(table, exact, fuzzy, semantic, annotations)
+        annotations = annotate(table, exact, fuzzy, cfg.output, semantic, quality, contamination)
+    return DedupResult(table, exact, fuzzy, semantic, quality, contamination, annotations)
 
 
 def _locator(specs):
@@ -159,21 +188,32 @@ def _summary(cfg, inputs, specs, report, result: DedupResult, timer, wall, backe
     n = table.n
     keep = int(np.asarray(annotations.column("keep")).sum())
     text_bytes = int(table.nbytes.sum())
+    quality_dropped = int(result.quality.failed.sum()) if result.quality is not None else 0
     stages = {
         "input": {"documents": n, "empty_texts": int(exact.empty.sum()), "files": len({s.path for s in specs}),
                   "partitions": len(specs), "text_bytes": text_bytes},
-        "exact": {"enabled": cfg.exact.enabled, "duplicates": exact.duplicates, "remaining": n - exact.duplicates},
+        "quality": dict(result.quality.stats(), enabled=True, remaining=n - quality_dropped)
+        if result.quality is not None else {"enabled": False, "dropped": 0, "remaining": n},
     }
+    after_quality = n - quality_dropped
+    stages["exact"] = {"enabled": cfg.exact.enabled, "duplicates": exact.duplicates,
+                       "remaining": after_quality - exact.duplicates}
     if fuzzy is not None:
-        stages["fuzzy"] = dict(fuzzy.stats, enabled=True, remaining=n - exact.duplicates - fuzzy.stats["duplicates"])
+        stages["fuzzy"] = dict(fuzzy.stats, enabled=True,
+                               remaining=stages["exact"]["remaining"] - fuzzy.stats["duplicates"])
     else:
-        stages["fuzzy"] = {"enabled": False, "duplicates": 0, "remaining": n - exact.duplicates}
+        stages["fuzzy"] = {"enabled": False, "duplicates": 0, "remaining": stages["exact"]["remaining"]}
     remaining = stages["fuzzy"]["remaining"]
     if result.semantic is not None:
         stages["semantic"] = dict(result.semantic.stats, enabled=True,
                                   remaining=remaining - result.semantic.stats["duplicates"])
     else:
         stages["semantic"] = {"enabled": False, "duplicates": 0, "remaining": remaining}
+    if result.contamination is not None:
+        stages["contamination"] = dict(result.contamination.stats, enabled=True, remaining=keep)
+    else:
+        stages["contamination"] = {"enabled": False, "contaminated_documents": 0, "dropped": 0,
+                                   "remaining": stages["semantic"]["remaining"]}
     return {
         "gpucurate_version": __version__,
         "inputs": [str(i) for i in inputs],

@@ -15,7 +15,7 @@ def test_default_yaml_lists_exactly_the_dataclass_defaults():
     assert yaml.safe_load((ROOT / "configs" / "default.yaml").read_text()) == Config().to_dict()
 
 
-@pytest.mark.parametrize("name", ["default.yaml", "cjk.yaml", "rag-archive.yaml"])
+@pytest.mark.parametrize("name", ["default.yaml", "cjk.yaml", "rag-archive.yaml", "web-crawl.yaml"])
 def test_shipped_configs_load(name):
     assert isinstance(load_config(ROOT / "configs" / name), Config)
 

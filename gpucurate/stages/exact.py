@@ -16,12 +16,18 @@ from ..text import arrow_buffers
 from ..kernels.hashing import padded_words
 
 
-def text_hash_partition(df: pd.DataFrame, backend: Backend) -> np.ndarray:
-    """uint64[rows] hash of each normalized text, and whether it is empty."""
+def text_hash_partition(df: pd.DataFrame, backend: Backend):
+    """uint64[rows] hash of each normalized text, bool[rows] whether it is empty, and int64[rows] its
+    words and code points."""
     if len(df) == 0:
-        return np.empty(0, np.uint64), np.empty(0, bool)
+        return np.empty(0, np.uint64), np.empty(0, bool), np.empty(0, np.int64), np.empty(0, np.int64)
     offsets, data = arrow_buffers(df["_text"].array._pa_array)
-    return backend.minhash.text_hashes(offsets, padded_words(data)), np.diff(offsets) == 0
+    empty = np.diff(offsets) == 0
+    # normalized text: words are separated by single spaces
+    spaces = np.diff(np.concatenate(([0], np.cumsum(data == 32)))[offsets])
+    chars = np.diff(np.concatenate(([0], np.cumsum((data & 0xC0) != 0x80)))[offsets])
+    words = np.where(empty, 0, spaces + 1)
+    return backend.minhash.text_hashes(offsets, padded_words(data)), empty, words, chars
 
 
 @dataclass
@@ -29,6 +35,8 @@ class ExactResult:
     hashes: np.ndarray  # uint64[n]
     empty: np.ndarray  # bool[n]: empty normalized text (never grouped)
     canon: np.ndarray  # int64[n]: row of the document's exact canonical (itself when unique)
+    words: np.ndarray  # int64[n]: words of the normalized text
+    chars: np.ndarray  # int64[n]: code points of the normalized text
 
     @property
     def duplicates(self) -> int:
@@ -36,21 +44,21 @@ class ExactResult:
 
 
 class ExactDedup:
-    """``run(ddf, table, executor) -> ExactResult``: group identical normalized texts; the canonical of a
-    group is chosen by ``canonical.policy``. Empty texts are never duplicates."""
+    """``run(ddf, table, executor, eligible) -> ExactResult``: group identical normalized texts among the
+    ``eligible`` rows (bool[n], default all); the canonical of a group is chosen by ``canonical.policy``.
+    Empty texts are never duplicates."""
 
     name = "exact"
 
     def __init__(self, cfg: Config, backend: Backend):
         self.cfg, self.backend = cfg, backend
 
-    def run(self, ddf, table: DocTable, executor: Executor) -> ExactResult:
+    def run(self, ddf, table: DocTable, executor: Executor, eligible: np.ndarray | None = None) -> ExactResult:
         parts = executor.compute([dask.delayed(text_hash_partition)(p, self.backend) for p in ddf.to_delayed()],
                                  "exact: hash")
-        hashes = np.concatenate([p[0] for p in parts])
-        empty = np.concatenate([p[1] for p in parts])
+        hashes, empty, words, chars = (np.concatenate([p[k] for p in parts]) for k in range(4))
         canon = np.arange(table.n, dtype=np.int64)
         if self.cfg.exact.enabled:
-            rows = np.flatnonzero(~empty)
+            rows = np.flatnonzero(~empty if eligible is None else ~empty & eligible)
             canon[rows] = canonicals(hashes[rows], rows, table.policy_key(self.cfg.canonical.policy)[rows])
-        return ExactResult(hashes, empty, canon)
+        return ExactResult(hashes, empty, canon, words, chars)

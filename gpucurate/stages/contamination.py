@@ -1,0 +1,338 @@
+"""Contamination gate: documents that share word n-grams with benchmark items.
+
+Benchmarks are files (JSON Lines or Parquet, local or fsspec, or a directory of them) whose items are
+the configured fields joined by newlines. Items and documents are normalized the same way (NFKC,
+lowercase, punctuation removed, whitespace collapsed) and cut into word n-grams (``contamination.ngram``,
+default 13; an item with fewer words is one n-gram of all its words). Item n-gram hashes form a sorted
+table built once; every document's n-grams are looked up in it in compiled code
+(``kernels.gates.ngram_matches``), during the same partition pass as the quality gate.
+
+A document is contaminated by an item when it contains at least ``min_matches`` distinct n-grams of that
+item, not counting n-grams found in more than ``max_doc_frequency`` documents (too common to be
+evidence). Every document is checked, also those the dedup stages drop. ``action``: ``flag`` only
+annotates, ``drop`` sets ``keep = false``, ``strip`` removes each matched span plus ``strip_window``
+characters on each side (the GPT-3 recipe) into the ``stripped_text`` column and drops the document
+only when fewer than ``strip_min_chars`` characters remain.
+"""
+
+from __future__ import annotations
+
+import time
+import unicodedata
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+import dask
+import numpy as np
+import orjson
+import pandas as pd
+import pyarrow as pa
+
+from ..config import ContaminationConfig, NormalizeConfig
+from ..errors import ConfigError, InputError
+from ..executor import Executor
+from ..kernels.gates import ngram_hashes, ngram_matches
+from ..kernels.hashing import padded_words
+from ..text import arrow_buffers, normalize
+
+#: normalization of items and documents for n-gram matching
+MATCH_NORMALIZE = NormalizeConfig(nfkc=True, lowercase=True, collapse_whitespace=True, strip_punctuation=True)
+#: characters of matched text kept per hit in the report
+REPORT_TEXT_CHARS = 1000
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    path: str
+    fields: tuple[str, ...]
+    id_field: str | None = None
+
+
+def parse_benchmarks(entries: list) -> list[Benchmark]:
+    """``contamination.benchmarks`` entries -> Benchmarks. An entry is a mapping ``{name, path, fields,
+    id_field}`` or the string ``name=path:field1,field2``."""
+    out = []
+    for k, entry in enumerate(entries):
+        where = f"contamination.benchmarks[{k}]"
+        if isinstance(entry, str):
+            if "=" not in entry or ":" not in entry.split("=", 1)[1]:
+                raise ConfigError(f"{where}: expected 'name=path:field1,field2', got {entry!r}")
+            name, rest = entry.split("=", 1)
+            path, fields = rest.rsplit(":", 1)
+            entry = {"name": name, "path": path, "fields": fields.split(",")}
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: expected a mapping with name, path and fields, got {entry!r}")
+        unknown = set(entry) - {"name", "path", "fields", "id_field"}
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))} (known: fields, id_field, "
+                              "name, path)")
+        fields = entry.get("fields")
+        if isinstance(fields, str):
+            fields = [fields]
+        if not entry.get("path") or not fields or not all(isinstance(f, str) and f for f in fields):
+            raise ConfigError(f"{where}: needs 'path' and a non-empty list of 'fields'")
+        name = entry.get("name") or PurePosixPath(str(entry["path"])).stem
+        out.append(Benchmark(str(name), str(entry["path"]), tuple(fields), entry.get("id_field")))
+    names = [b.name for b in out]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"contamination.benchmarks: names must be unique, got {names}")
+    return out
+
+
+def _benchmark_files(path: str) -> list[tuple[object, str]]:
+    import fsspec
+    fs, root = fsspec.core.url_to_fs(path)
+    if not fs.exists(root):
+        raise InputError("benchmark file not found", path)
+    if fs.isdir(root):
+        files = sorted(f for f in fs.find(root) if any(f.endswith(ext) for ext in (
+            ".jsonl", ".json", ".ndjson", ".jsonl.gz", ".jsonl.zst", ".parquet")))
+        if not files:
+            raise InputError("no .jsonl or .parquet benchmark files in directory", path)
+        return [(fs, f) for f in files]
+    return [(fs, root)]
+
+
+def load_items(bench: Benchmark) -> tuple[list[str], list[str]]:
+    """``(item ids, item texts)``; a missing or non-text field is an error naming the file and line/row."""
+    ids, texts = [], []
+    for fs, f in _benchmark_files(bench.path):
+        if f.endswith(".parquet"):
+            import pyarrow.parquet as pq
+            with fs.open(f, "rb") as fh:
+                table = pq.read_table(fh)
+            wanted = bench.fields + ((bench.id_field,) if bench.id_field else ())
+            missing = [c for c in wanted if c not in table.column_names]
+            if missing:
+                raise InputError(f"benchmark {bench.name}: missing field", f, field=missing[0])
+            records = table.to_pylist()
+            first = 0
+        else:
+            with fs.open(f, "rb", compression="infer") as fh:
+                lines = fh.read().splitlines()
+            records = []
+            for line_no, line in enumerate(lines, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = orjson.loads(line)
+                except orjson.JSONDecodeError as exc:
+                    raise InputError(f"benchmark {bench.name}: invalid JSON ({exc})", f, line_no) from None
+                records.append((line_no, rec))
+            first = None
+        for r, rec in enumerate(records):
+            line_no, rec = rec if first is None else (r, rec)
+            parts = []
+            for field_name in bench.fields:
+                value = rec.get(field_name) if isinstance(rec, dict) else None
+                if not isinstance(value, str):
+                    what = "missing field" if not isinstance(rec, dict) or field_name not in rec else "non-text field"
+                    raise InputError(f"benchmark {bench.name}: {what}", f, line_no, field=field_name)
+                parts.append(value)
+            texts.append("\n".join(parts))
+            item_id = rec.get(bench.id_field) if bench.id_field else None
+            ids.append(str(item_id) if item_id is not None else f"{PurePosixPath(f).name}:{line_no}")
+    return ids, texts
+
+
+@dataclass
+class ItemIndex:
+    """The lookup structure: sorted n-gram hashes of every benchmark item."""
+
+    benchmarks: list[Benchmark]
+    item_benchmark: np.ndarray  # int64[I] benchmark index of each item
+    item_ids: list[str]
+    items_per_benchmark: list[int]
+    table: np.ndarray  # uint64[E] sorted n-gram hashes (a hash of several items appears once per item)
+    entry_item: np.ndarray  # int64[E] item of each entry
+    lengths: np.ndarray  # int64[L] distinct n-gram lengths (n, and shorter whole items)
+
+    @classmethod
+    def build(cls, benchmarks: list[Benchmark], n: int) -> "ItemIndex":
+        item_bench, item_ids, texts, counts = [], [], [], []
+        for b, bench in enumerate(benchmarks):
+            ids, bench_texts = load_items(bench)
+            item_bench += [b] * len(ids)
+            item_ids += ids
+            texts += bench_texts
+            counts.append(len(ids))
+        offsets, data = arrow_buffers(normalize(pa.array(texts, pa.large_string()), MATCH_NORMALIZE))
+        item, hashes, length = ngram_hashes(offsets, data, padded_words(data), n)
+        order = np.lexsort((item, hashes))
+        return cls(benchmarks, np.array(item_bench, np.int64), item_ids, counts, hashes[order], item[order],
+                   np.unique(length).astype(np.int64) if len(length) else np.array([n], np.int64))
+
+    def entries(self, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Expand table positions (first entry of a hash) to every entry with that hash:
+        ``(index into first, entry)``."""
+        last = np.searchsorted(self.table, self.table[first], side="right")
+        count = last - first
+        which = np.repeat(np.arange(len(first)), count)
+        entry = np.repeat(first, count) + (np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count))
+        return which, entry
+
+
+def contamination_partition(df: pd.DataFrame, index: ItemIndex, keep_raw: bool) -> pd.DataFrame:
+    """Look up every document's n-grams; the matches go to ``df.attrs["contamination"]``: ``(rows,
+    table positions, span starts, span ends)`` (byte spans within the match-normalized text), the normalized
+    texts of matched rows (and their raw texts when ``keep_raw``), and the seconds spent."""
+    start = time.perf_counter()
+    out = df.copy(deep=False)
+    out.attrs = dict(df.attrs)
+    raw = pa.chunked_array(df["_text"].array._pa_array).combine_chunks() if len(df) else pa.array([], pa.large_string())
+    norm = normalize(raw, MATCH_NORMALIZE)
+    offsets, data = arrow_buffers(norm)
+    rows, where, s, e = ngram_matches(offsets, data, padded_words(data), index.lengths, index.table)
+    matched = np.unique(rows)
+    texts = dict(zip(matched.tolist(), norm.take(pa.array(matched)).to_pylist())) if len(matched) else {}
+    raws = dict(zip(matched.tolist(), raw.take(pa.array(matched)).to_pylist())) if keep_raw and len(matched) else {}
+    out.attrs["contamination"] = {"rows": rows, "where": where, "start": s - offsets[rows], "end": e - offsets[rows],
+                                  "texts": texts, "raw": raws, "seconds": time.perf_counter() - start}
+    return out
+
+
+@dataclass
+class ContaminationResult:
+    contaminated: np.ndarray  # bool[n]
+    label: np.ndarray  # object[n]: "bench:item (k n-grams)[; ...]" or None
+    stripped: np.ndarray  # object[n]: text after strip, or None
+    drop: np.ndarray  # bool[n]: dropped by the gate (action drop, or strip leaving too little)
+    drop_reason: np.ndarray  # object[n]
+    report: dict
+    stats: dict
+
+
+class ContaminationGate:
+    """``run(ddf) -> ddf`` (matches in partition attrs, fused with reading), ``collect(ddf, table,
+    executor) -> ContaminationResult``."""
+
+    name = "contamination"
+
+    def __init__(self, cfg: ContaminationConfig):
+        self.cfg = cfg
+        self.benchmarks = parse_benchmarks(cfg.benchmarks)
+        t0 = time.perf_counter()
+        self.index = ItemIndex.build(self.benchmarks, cfg.ngram) if self.benchmarks else None
+        self.build_seconds = time.perf_counter() - t0
+
+    @property
+    def enabled(self) -> bool:
+        return self.index is not None
+
+    def run(self, ddf):
+        return ddf.map_partitions(contamination_partition, self.index, self.cfg.action == "strip", meta=ddf._meta)
+
+    def collect(self, ddf, table, executor: Executor) -> ContaminationResult:
+        cfg, index = self.cfg, self.index
+        parts = executor.compute([dask.delayed(lambda p: p.attrs["contamination"])(p) for p in ddf.to_delayed()],
+                                 "contamination: collect")
+        offs = table.part_offsets
+        rows = np.concatenate([offs[p] + d["rows"] for p, d in enumerate(parts)]).astype(np.int64)
+        where = np.concatenate([d["where"] for d in parts]).astype(np.int64)
+        starts = np.concatenate([d["start"] for d in parts]).astype(np.int64)
+        ends = np.concatenate([d["end"] for d in parts]).astype(np.int64)
+        texts = {offs[p] + r: t for p, d in enumerate(parts) for r, t in d["texts"].items()}
+        raws = {offs[p] + r: t for p, d in enumerate(parts) for r, t in d["raw"].items()}
+        seconds = sum(d["seconds"] for d in parts)
+
+        # too common to be evidence: n-grams found in more than max_doc_frequency documents
+        hashes = index.table[where]
+        pair = pd.DataFrame({"row": rows, "hash": hashes}).drop_duplicates()
+        df = pair.groupby("hash").size()
+        common = set(df.index[df > cfg.max_doc_frequency].tolist()) if cfg.max_doc_frequency is not None else set()
+        use = ~np.isin(hashes, np.fromiter(common, np.uint64, len(common))) if common else np.ones(len(rows), bool)
+        which, entry = index.entries(where[use])
+        m = pd.DataFrame({"row": rows[use][which], "item": index.entry_item[entry], "hash": hashes[use][which],
+                          "start": starts[use][which], "end": ends[use][which]})
+        per_item = m.groupby(["row", "item"]).agg(matches=("hash", "nunique"), start=("start", "min"),
+                                                  end=("end", "max")).reset_index()
+        hits = per_item[per_item.matches >= cfg.min_matches].sort_values(["row", "item"], kind="stable")
+
+        n = table.n
+        contaminated = np.zeros(n, bool)
+        contaminated[hits.row.to_numpy()] = True
+        label = np.full(n, None, dtype=object)
+        for row, group in hits.groupby("row", sort=True):
+            label[row] = "; ".join(f"{index.benchmarks[index.item_benchmark[i]].name}:{index.item_ids[i]} ({k} n-grams)"
+                                   for i, k in zip(group.item, group.matches))
+        stripped = np.full(n, None, dtype=object)
+        drop = np.zeros(n, bool)
+        reason = np.full(n, None, dtype=object)
+        if cfg.action == "drop":
+            drop = contaminated.copy()
+            for r in np.flatnonzero(drop):
+                reason[r] = f"contaminated: {label[r]}"
+        elif cfg.action == "strip":
+            counted = m.merge(hits[["row", "item"]], on=["row", "item"])  # n-grams of the items that count
+            hashes_of = {row: np.unique(g.hash.to_numpy()) for row, g in counted.groupby("row")}
+            for r in np.flatnonzero(contaminated):
+                text, removed = strip_spans(raws[r], hashes_of[r], index.lengths, cfg.strip_window)
+                if removed == 0:
+                    drop[r] = True
+                    reason[r] = f"contaminated: {label[r]}; matched span not located for strip"
+                elif len(text.strip()) < cfg.strip_min_chars:
+                    drop[r] = True
+                    reason[r] = (f"contaminated: {label[r]}; {len(text.strip())} characters left after strip "
+                                 f"< strip_min_chars {cfg.strip_min_chars}")
+                else:
+                    stripped[r] = text
+        report = self._report(hits, table, texts)
+        stats = {"benchmarks": [b.name for b in self.benchmarks], "items": len(index.item_ids),
+                 "ngram": cfg.ngram, "action": cfg.action, "contaminated_documents": int(contaminated.sum()),
+                 "dropped": int(drop.sum()), "stripped": int(sum(x is not None for x in stripped)),
+                 "ignored_common_ngrams": len(common), "index_build_seconds": round(self.build_seconds, 4),
+                 "gate_seconds": round(seconds, 4),
+                 "docs_per_s": round(n / seconds, 1) if seconds > 0 else None}
+        return ContaminationResult(contaminated, label, stripped, drop, reason, report, stats)
+
+    def _report(self, hits: pd.DataFrame, table, texts: dict) -> dict:
+        index = self.index
+        out = {}
+        bench_of_hit = index.item_benchmark[hits.item.to_numpy()] if len(hits) else np.empty(0, np.int64)
+        for b, bench in enumerate(self.benchmarks):
+            mine = hits[bench_of_hit == b]
+            out[bench.name] = {
+                "path": bench.path, "fields": list(bench.fields), "items": index.items_per_benchmark[b],
+                "items_found": int(mine.item.nunique()), "contaminated_documents": int(mine.row.nunique()),
+                "hits": [{"doc_id": _plain(table.ids[r]), "item_id": index.item_ids[i], "matches": int(k),
+                          "matched_text": texts[r].encode("utf-8")[s:e].decode("utf-8", "replace")[:REPORT_TEXT_CHARS]}
+                         for r, i, k, s, e in zip(mine.row, mine.item, mine.matches, mine.start, mine.end)],
+            }
+        return {"ngram": self.cfg.ngram, "min_matches": self.cfg.min_matches,
+                "max_doc_frequency": self.cfg.max_doc_frequency, "action": self.cfg.action, "benchmarks": out}
+
+
+def _plain(v):
+    return int(v) if isinstance(v, (np.integer,)) else v
+
+
+def strip_spans(raw: str, table: np.ndarray, lengths: np.ndarray, window: int) -> tuple[str, int]:
+    """``raw`` without every span whose n-gram hash is in ``table``, widened by ``window`` characters on
+    each side. Returns ``(text, number of spans removed)``.
+
+    Each character is normalized on its own (NFKC, lowercase, punctuation and whitespace to a space) so
+    that every normalized character knows its position in ``raw``; the n-grams are then found by the same
+    kernel as in the partition pass.
+    """
+    chars, origin = [], []
+    for i, ch in enumerate(raw):
+        for c in unicodedata.normalize("NFKC", ch).lower():
+            chars.append(" " if c.isspace() or unicodedata.category(c).startswith("P") else c)
+            origin.append(i)
+    norm = "".join(chars)
+    data = np.frombuffer(norm.encode("utf-8"), np.uint8)
+    offsets = np.array([0, len(data)], np.int64)
+    _, _, s, e = ngram_matches(offsets, data, padded_words(data), lengths, table)
+    if len(s) == 0:
+        return raw, 0
+    # byte offset -> character index in norm
+    char_at = np.cumsum((data & 0xC0) != 0x80) - 1
+    cut = np.zeros(len(raw) + 1, np.int64)
+    for a, b in zip(s, e):
+        lo = max(0, origin[char_at[a]] - window)
+        hi = min(len(raw), origin[char_at[b - 1]] + 1 + window)
+        cut[lo] += 1
+        cut[hi] -= 1
+    covered = np.cumsum(cut)[:len(raw)] > 0
+    return "".join(ch for ch, c in zip(raw, covered) if not c), len(s)
