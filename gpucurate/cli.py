@@ -69,16 +69,23 @@ def print_summary(summary: dict, output: str) -> None:
     st, times = summary["stages"], summary["timings_s"]
     n = st["input"]["documents"]
     t.add_row("read+normalize", f"{n:,}", "0", f"{n:,}", f"{times.get('read+normalize', 0):.2f}")
-    t.add_row("exact", f"{n:,}", f"{st['exact']['duplicates']:,}", f"{st['exact']['remaining']:,}",
+    q = st.get("quality", {"enabled": False, "remaining": n})
+    if q.get("enabled"):
+        t.add_row("quality (in read)", f"{n:,}", f"{q['dropped']:,}", f"{q['remaining']:,}", "")
+    t.add_row("exact", f"{q['remaining']:,}", f"{st['exact']['duplicates']:,}", f"{st['exact']['remaining']:,}",
               f"{times.get('exact', 0):.2f}")
     fz = st["fuzzy"]
     if fz.get("enabled"):
         t.add_row(f"fuzzy (b={fz['bands']} r={fz['rows']})", f"{st['exact']['remaining']:,}",
                   f"{fz['duplicates']:,}", f"{fz['remaining']:,}", f"{times.get('fuzzy', 0):.2f}")
-    sem = st.get("semantic", {})
+    sem = st.get("semantic", {"remaining": fz["remaining"]})
     if sem.get("enabled"):
         t.add_row(f"semantic ({sem['clusters']:,} clusters)", f"{fz['remaining']:,}", f"{sem['duplicates']:,}",
                   f"{sem['remaining']:,}", f"{times.get('semantic', 0):.2f}")
+    c = st.get("contamination", {})
+    if c.get("enabled"):
+        t.add_row(f"contamination ({c['contaminated_documents']:,} flagged, {c['action']})", f"{sem['remaining']:,}",
+                  f"{c['dropped']:,}", f"{c['remaining']:,}", f"{times.get('contamination', 0):.2f}")
     t.add_row("write", "", "", "", f"{times.get('write', 0):.2f}")
     console.print(t)
     if summary.get("jit_compiled"):

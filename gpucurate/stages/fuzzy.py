@@ -129,7 +129,8 @@ class FuzzyDedup:
         params = self.params()
         params.threads = executor.threads_per_task(ddf.npartitions)
         pk = self.backend.pairs
-        masks = [participants[table.part_offsets[p]:table.part_offsets[p + 1]] for p in range(len(table.part_offsets) - 1)]
+        offs = table.part_offsets
+        masks = [participants[offs[p]:offs[p + 1]] for p in range(len(offs) - 1)]
         tasks = [dask.delayed(signature_partition)(part, mask, params, self.backend)
                  for part, mask in zip(ddf.to_delayed(), masks)]
         t0 = time.perf_counter()

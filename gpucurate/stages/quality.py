@@ -110,5 +110,6 @@ class QualityGate:
     def collect(self, ddf, executor: Executor) -> QualityResult:
         parts = executor.compute([dask.delayed(lambda p: (p["_qrule"].to_numpy(), p["_qvalue"].to_numpy()))(p)
                                   for p in ddf.to_delayed()], "quality: collect")
+        limits = {key: getattr(self.cfg, key) for _, _, key, _ in RULES}
         return QualityResult(np.concatenate([p[0] for p in parts]).astype(np.int16),
-                             np.concatenate([p[1] for p in parts]), {key: getattr(self.cfg, key) for _, _, key, _ in RULES})
+                             np.concatenate([p[1] for p in parts]), limits)
