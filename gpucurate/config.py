@@ -110,6 +110,11 @@ class FuzzyConfig:
     #: and its successor (bounds pairs per bucket); below it, all pairs are compared
     max_bucket_size: int = 1000
     bucket_anchors: int = 8
+    #: leave out of signatures and verification the shingles found in more than boilerplate_max_df of the
+    #: documents (letterheads, legal footers, signatures): similarity is then the Jaccard of the rest
+    boilerplate: bool = False
+    #: a fraction of the fuzzy stage's documents (< 1) or a number of documents (>= 1)
+    boilerplate_max_df: float = 0.01
     #: texts with fewer words (characters with char shingles) after normalization skip the fuzzy stage:
     #: MinHash of a handful of shingles is noisy (they still take part in exact dedup)
     min_length: int = 0
@@ -263,6 +268,8 @@ class Config:
         for key in ("min_words", "max_words"):
             if getattr(self.quality, key) is not None and getattr(self.quality, key) < 0:
                 raise ConfigError(f"quality.{key} must be >= 0 or null")
+        if self.fuzzy.boilerplate_max_df <= 0:
+            raise ConfigError(f"fuzzy.boilerplate_max_df must be > 0, got {self.fuzzy.boilerplate_max_df}")
         if self.fuzzy.min_length < 0:
             raise ConfigError(f"fuzzy.min_length must be >= 0, got {self.fuzzy.min_length}")
         if self.input.partition_bytes < 1024 or self.input.partition_rows < 1:

@@ -224,6 +224,28 @@ def signatures(offsets: np.ndarray, data: np.ndarray, mode: int, k: int, seed: n
 
 
 @njit(nogil=True, cache=True)
+def _set_minhash(offsets, values, perm_a, perm_b):
+    n = offsets.shape[0] - 1
+    sigs = np.empty((n, perm_a.shape[0]), dtype=np.uint32)
+    sig = np.empty(perm_a.shape[0], dtype=np.uint32)
+    for d in range(n):
+        _minhash_into(values[offsets[d]:offsets[d + 1]], perm_a, perm_b, sig)
+        sigs[d, :] = sig
+    return sigs
+
+
+def set_signatures(offsets: np.ndarray, values: np.ndarray, perm_a: np.ndarray, perm_b: np.ndarray,
+                   threads: int = 1) -> np.ndarray:
+    """``uint32[n, P]`` MinHash signatures of shingle-hash sets given as CSR (``values[offsets[d]:offsets[d +
+    1]]``), e.g. after boilerplate shingles were removed; an empty set gives all ``EMPTY_SIG``."""
+    n = len(offsets) - 1
+    cuts = np.linspace(0, n, max(1, min(threads * 4, n)) + 1).astype(np.int64)
+    parts = thread_map(lambda c: _set_minhash(offsets[c[0]:c[1] + 1] - offsets[c[0]], values[offsets[c[0]]:offsets[c[1]]],
+                                              perm_a, perm_b), list(zip(cuts[:-1], cuts[1:])), threads)
+    return np.concatenate(parts) if parts else np.empty((0, len(perm_a)), np.uint32)
+
+
+@njit(nogil=True, cache=True)
 def band_keys(sigs, bands, rows, seed):
     """``uint64[n, bands]`` LSH bucket key of each band of each signature."""
     n = sigs.shape[0]

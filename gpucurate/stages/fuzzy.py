@@ -142,9 +142,24 @@ class FuzzyDedup:
         keys = np.concatenate([p[0] for p in parts]) if parts else np.empty((0, self.bands), np.uint64)
         csr_offsets, csr_values = _concat_csr(parts)
         sigs = np.concatenate([p[3] for p in parts]) if params.keep_signatures else None
+        boilerplate = None
+        if self.cfg.boilerplate:
+            csr_offsets, csr_values, boilerplate = self._drop_boilerplate(csr_offsets, csr_values, m)
+            sigs = self.backend.minhash.set_signatures(csr_offsets, csr_values, params.perm_a, params.perm_b,
+                                                      executor.workers)
+            keys = self.backend.minhash.band_keys(sigs, self.bands, self.rows_per_band, params.seed)
+            steps["boilerplate"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
 
-        # LSH: documents sharing any band key are candidates
-        pi, pj = pk.candidate_pairs(keys, self.cfg.max_bucket_size, self.cfg.bucket_anchors)
+        # LSH: documents sharing any band key are candidates; documents with no shingle left (only
+        # boilerplate) have no key to share
+        has_shingles = np.diff(csr_offsets) > 0
+        if has_shingles.all():
+            pi, pj = pk.candidate_pairs(keys, self.cfg.max_bucket_size, self.cfg.bucket_anchors)
+        else:
+            some = np.flatnonzero(has_shingles)
+            pi, pj = pk.candidate_pairs(keys[some], self.cfg.max_bucket_size, self.cfg.bucket_anchors)
+            pi, pj = some[pi], some[pj]
         steps["lsh"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -172,8 +187,31 @@ class FuzzyDedup:
                  "shingles": int(len(csr_values)),
                  "clusters": int(len(np.unique(labels[members]))) if len(members) else 0,
                  "duplicates": int(len(members))}
+        if boilerplate is not None:
+            stats["boilerplate"] = boilerplate
         return FuzzyResult(rows, rows[canon_local], similarity, rows[pi], rows[pj], scores,
                            "jaccard" if self.cfg.verify else "minhash", self.bands, self.rows_per_band, stats)
+
+    def _drop_boilerplate(self, offsets: np.ndarray, values: np.ndarray, m: int):
+        """Remove the shingles contained in more than ``boilerplate_max_df`` of the ``m`` documents.
+
+        Each document's shingle hashes are distinct, so the run lengths of the sorted hashes are their
+        exact document frequencies. Returns the filtered CSR and the stats for summary.json.
+        """
+        max_df = self.cfg.boilerplate_max_df
+        cut = max_df * m if max_df < 1 else max_df
+        ordered = np.sort(values)
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(ordered) else np.empty(0, np.int64)
+        df = np.diff(np.r_[starts, len(ordered)])
+        common = ordered[starts][df > cut]  # sorted
+        pos = np.minimum(np.searchsorted(common, values), max(len(common) - 1, 0))
+        drop = common[pos] == values if len(common) else np.zeros(len(values), bool)
+        kept_before = np.concatenate(([0], np.cumsum(~drop)))
+        new_offsets = kept_before[offsets]
+        stats = {"max_df": max_df, "cut_documents": round(float(cut), 3), "boilerplate_shingles": int(len(common)),
+                 "shingles_removed": int(drop.sum()), "shingles_kept": int((~drop).sum()),
+                 "documents_left_without_shingles": int(((np.diff(new_offsets) == 0) & (np.diff(offsets) > 0)).sum())}
+        return new_offsets.astype(np.int64), values[~drop], stats
 
     def _parallel_jaccard(self, offsets, values, pi, pj, executor: Executor) -> np.ndarray:
         """Verify pairs in chunks on the local cores; chunks are cut where ``pi`` changes so each keeps
