@@ -99,7 +99,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--thresholds", default="0.5,0.6,0.7,0.8")
+    ap.add_argument("--thresholds", default="0.3,0.4,0.5,0.7,0.8")
     ap.add_argument("--max-df", type=float, default=0.01)
     ap.add_argument("--ngram", type=int, default=5, help="words per shingle")
     ap.add_argument("--json", default="benchmarks/results/boilerplate.json")

@@ -11,6 +11,8 @@ from .config import OutputConfig
 from .stages.contamination import ContaminationResult
 from .stages.exact import ExactResult
 from .stages.fuzzy import FuzzyResult
+from .io.writer import PARAGRAPH_CUTS
+from .stages.paragraphs import ParagraphResult
 from .stages.quality import QualityResult
 from .stages.semantic import SemanticResult
 from .table import DocTable
@@ -18,7 +20,7 @@ from .table import DocTable
 #: annotation columns added to every record, in this order
 ANNOTATION_COLUMNS = ("doc_id", "dedup_id", "is_canonical", "keep", "drop_stage", "drop_reason", "similarity",
                       "cluster_size", "weight", "exact_group", "fuzzy_group", "semantic_group", "contaminated",
-                      "contamination", "stripped_text")
+                      "contamination", "stripped_text", "paragraph_text", "paragraph_chars_removed")
 
 
 def id_array(ids: np.ndarray) -> pa.Array:
@@ -116,7 +118,28 @@ def annotate(table: DocTable, exact: ExactResult, fuzzy: FuzzyResult | None, out
         "contaminated": pa.array(contaminated),
         "contamination": pa.array(label, type=pa.string()),
         "stripped_text": pa.array(stripped, type=pa.string()),
+        # byte ranges removed by the paragraphs stage; the writer turns them into paragraph_text
+        PARAGRAPH_CUTS: pa.nulls(n, type=pa.list_(pa.int64())),
+        "paragraph_chars_removed": pa.array(np.zeros(n, np.int64)),
     })
+
+
+def apply_paragraphs(annotations: pa.Table, paragraphs: ParagraphResult, out: OutputConfig) -> pa.Table:
+    """Add the paragraphs stage's cuts and counts; documents it drops lose ``keep`` and ``weight``."""
+    keep = np.asarray(annotations.column("keep"))
+    dropped = paragraphs.drop & keep
+    stage = annotations.column("drop_stage").to_numpy(zero_copy_only=False).astype(object)
+    reason = annotations.column("drop_reason").to_numpy(zero_copy_only=False).astype(object)
+    stage[dropped] = "paragraphs"
+    reason[dropped] = paragraphs.drop_reason[dropped]
+    weight = np.where(dropped, 0.0, np.asarray(annotations.column("weight")))
+    columns = {"keep": pa.array(keep & ~dropped), "drop_stage": pa.array(stage, type=pa.string()),
+               "drop_reason": pa.array(reason, type=pa.string()), "weight": pa.array(weight),
+               PARAGRAPH_CUTS: pa.array(paragraphs.cuts, type=pa.list_(pa.int64())),
+               "paragraph_chars_removed": pa.array(paragraphs.chars_removed)}
+    for name, column in columns.items():
+        annotations = annotations.set_column(annotations.schema.get_field_index(name), name, column)
+    return annotations
 
 
 def alias_table(annotations: pa.Table) -> pa.Table:

@@ -21,6 +21,8 @@ from .backend import select
 from .config import Config, InputConfig, resolve_config
 from .errors import InputError
 from .executor import Executor
+from .io.writer import PARAGRAPH_CUTS
+from .stages.paragraphs import apply_cuts
 from .io.reader import NARROW_META, ROW_BITS, id_columns, plan_partitions, read_documents, timestamps_of
 from .pipeline import Timer, deduplicate
 
@@ -56,11 +58,19 @@ def _to_narrow(df: pd.DataFrame, cfg: InputConfig, partition_info=None) -> pd.Da
     })
 
 
-def _attach(df: pd.DataFrame, parts: list, partition_info=None) -> pd.DataFrame:
-    ann = parts[partition_info["number"] if partition_info else 0].to_pandas()
+def _attach(df: pd.DataFrame, parts: list, text_field: str, partition_info=None) -> pd.DataFrame:
+    ann = parts[partition_info["number"] if partition_info else 0]
     out = df.copy(deep=False)
-    for col in ann.columns:
-        out[col] = ann[col].to_numpy()
+    for col in ann.column_names:
+        values = ann.column(col)
+        if col == PARAGRAPH_CUTS:  # byte ranges -> the text after paragraph dedup
+            col = "paragraph_text"
+            if values.null_count == len(values):
+                values = pa.nulls(len(values), pa.string())
+            else:
+                values = apply_cuts(pa.array(df[text_field], type=pa.string(), from_pandas=True),
+                                    values.combine_chunks())
+        out[col] = values.to_pandas().to_numpy()
     return out
 
 
@@ -76,8 +86,9 @@ def dedup(ddf, config: Config | str | None = None, overrides=None):
     table, annotations = result.table, result.annotations
     offs = table.part_offsets
     parts = [annotations.slice(offs[p], offs[p + 1] - offs[p]) for p in range(len(offs) - 1)]
-    meta = _attach(ddf._meta, [annotations.slice(0, 0)])
-    return ddf.map_partitions(_attach, parts, meta=meta)
+    text_col = "_text" if "_ord" in ddf.columns else cfg.input.text_field
+    meta = _attach(ddf._meta, [annotations.slice(0, 0)], text_col)
+    return ddf.map_partitions(_attach, parts, text_col, meta=meta)
 
 
 def exact_dedup(ddf, config: Config | str | None = None, overrides=None):

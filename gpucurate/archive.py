@@ -28,7 +28,8 @@ _EN = {
         "We process personal data in accordance with applicable data protection law; see our privacy notice.",
         "Offers are valid for thirty days from the date of issue unless another period is stated in the offer.",
         "Title to the goods passes to the buyer only after payment has been received in full.",
-        "Nothing in this message constitutes a binding contract unless confirmed in writing by an authorised signatory.",
+        "Nothing in this message constitutes a binding contract unless confirmed in writing by an authorised "
+        "signatory.",
         "Delivery dates are estimates and we accept no liability for delays caused by carriers or force majeure.",
         "Goods must be inspected on arrival and any damage or shortage reported in writing within forty-eight hours.",
         "Returns are accepted only with our prior written consent and in the original undamaged packaging.",
@@ -79,7 +80,8 @@ _RU = {
         "Право собственности на товар переходит к покупателю после полной оплаты.",
         "Настоящее письмо не является офертой и не влечет обязательств до подписания договора уполномоченным лицом.",
         "Сроки поставки являются ориентировочными; мы не отвечаем за задержки по вине перевозчика или форс-мажора.",
-        "Товар подлежит осмотру при получении, о недостаче или повреждении необходимо сообщить письменно в течение двух суток.",
+        "Товар подлежит осмотру при получении, о недостаче или повреждении необходимо сообщить письменно "
+        "в течение двух суток.",
         "Возврат товара принимается только с нашего письменного согласия и в неповрежденной упаковке.",
         "За просрочку оплаты может начисляться неустойка в соответствии с условиями договора поставки.",
         "Наша ответственность по любым претензиям ограничена стоимостью соответствующего товара по счету.",

@@ -86,6 +86,10 @@ def print_summary(summary: dict, output: str) -> None:
     if c.get("enabled"):
         t.add_row(f"contamination ({c['contaminated_documents']:,} flagged, {c['action']})", f"{sem['remaining']:,}",
                   f"{c['dropped']:,}", f"{c['remaining']:,}", f"{times.get('contamination', 0):.2f}")
+    pg = st.get("paragraphs", {})
+    if pg.get("enabled"):
+        t.add_row(f"paragraphs ({pg['share_removed']:.1%} of characters removed)", "", f"{pg['dropped']:,}",
+                  f"{pg['remaining']:,}", f"{times.get('paragraphs', 0):.2f}")
     t.add_row("write", "", "", "", f"{times.get('write', 0):.2f}")
     console.print(t)
     if summary.get("jit_compiled"):

@@ -186,6 +186,24 @@ class ContaminationConfig:
 
 
 @dataclass
+class ParagraphsConfig:
+    """Paragraph-level dedup of the kept documents: spans repeated across documents are removed."""
+
+    enabled: bool = False
+    #: paragraph: runs of non-blank lines; sentences: groups of `sentences` sentences within a paragraph
+    unit: str = _choice("paragraph", "paragraph", "sentences")
+    sentences: int = 3
+    #: a span found in more than this many documents is removed from them
+    max_occurrences: int = 1
+    #: first: keep the span in the first document (input order) that has it; none: remove it everywhere
+    keep: str = _choice("first", "first", "none")
+    #: shorter spans (normalized characters) are never removed ("Thanks!", "Best regards,")
+    min_span_chars: int = 30
+    #: a document left with fewer characters is dropped (drop_stage paragraphs)
+    min_doc_chars: int = 50
+
+
+@dataclass
 class CanonicalConfig:
     """Which member of a cluster is kept as its canonical; ties go to input order."""
 
@@ -221,6 +239,7 @@ class Config:
     fuzzy: FuzzyConfig = field(default_factory=FuzzyConfig)
     semantic: SemanticConfig = field(default_factory=SemanticConfig)
     contamination: ContaminationConfig = field(default_factory=ContaminationConfig)
+    paragraphs: ParagraphsConfig = field(default_factory=ParagraphsConfig)
     canonical: CanonicalConfig = field(default_factory=CanonicalConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     run: RunConfig = field(default_factory=RunConfig)
@@ -270,6 +289,10 @@ class Config:
                 raise ConfigError(f"quality.{key} must be >= 0 or null")
         if self.fuzzy.boilerplate_max_df <= 0:
             raise ConfigError(f"fuzzy.boilerplate_max_df must be > 0, got {self.fuzzy.boilerplate_max_df}")
+        pg = self.paragraphs
+        if pg.sentences < 1 or pg.max_occurrences < 1 or pg.min_span_chars < 0 or pg.min_doc_chars < 0:
+            raise ConfigError("paragraphs.sentences and max_occurrences must be >= 1, min_span_chars and "
+                              "min_doc_chars >= 0")
         if self.fuzzy.min_length < 0:
             raise ConfigError(f"fuzzy.min_length must be >= 0, got {self.fuzzy.min_length}")
         if self.input.partition_bytes < 1024 or self.input.partition_rows < 1:
@@ -358,7 +381,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | dict | No
     Parameters
     ----------
     path : YAML file with sections ``input``, ``normalize``, ``quality``, ``exact``, ``fuzzy``, ``semantic``,
-        ``contamination``, ``canonical``,
+        ``contamination``, ``paragraphs``, ``canonical``,
         ``output``, ``run``; missing keys keep their defaults.
     overrides : ``["fuzzy.threshold=0.85", ...]`` or ``{"fuzzy.threshold": 0.85, ...}``.
     base : start from a copy of this Config instead of the defaults.

@@ -17,7 +17,7 @@ import dask
 import numpy as np
 
 from . import __version__
-from .annotate import alias_table, annotate, edge_table
+from .annotate import alias_table, annotate, apply_paragraphs, edge_table
 from .backend import select
 from .config import Config, resolve_config
 from .executor import Executor, quiet_logs
@@ -27,6 +27,7 @@ from .stages.contamination import ContaminationGate, ContaminationResult
 from .stages.exact import ExactDedup, ExactResult
 from .stages.fuzzy import FuzzyDedup, FuzzyResult
 from .stages.normalize import Normalize
+from .stages.paragraphs import ParagraphDedup, ParagraphResult
 from .stages.quality import QualityGate, QualityResult
 from .stages.semantic import SemanticDedup, SemanticResult, semantic_enabled, write_embeddings
 from .table import DocTable
@@ -113,6 +114,7 @@ class DedupResult:
     semantic: SemanticResult | None
     quality: QualityResult | None
     contamination: ContaminationResult | None
+    paragraphs: ParagraphResult | None
     annotations: object  # pa.Table of ANNOTATION_COLUMNS in table order
 
 
@@ -128,6 +130,9 @@ def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Tim
             ddf = quality_gate.run(ddf)
         if contamination_gate.enabled:
             ddf = contamination_gate.run(ddf)
+        paragraph_stage = ParagraphDedup(cfg.paragraphs)
+        if cfg.paragraphs.enabled:
+            ddf = paragraph_stage.run(ddf)
         ddf = executor.persist(Normalize(cfg.normalize).run(ddf, threads), "read+normalize")
         table = DocTable.collect(ddf, executor, cfg.input.on_duplicate_id, describe)
         quality = quality_gate.collect(ddf, executor) if quality_gate.rules else None
@@ -158,7 +163,12 @@ def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Tim
             contamination = contamination_gate.collect(ddf, table, executor)
     with timer("annotate"):
         annotations = annotate(table, exact, fuzzy, cfg.output, semantic, quality, contamination)
-    return DedupResult(table, exact, fuzzy, semantic, quality, contamination, annotations)
+    paragraphs = None
+    if cfg.paragraphs.enabled:
+        with timer("paragraphs"):
+            paragraphs = paragraph_stage.collect(ddf, table, np.asarray(annotations.column("keep")), executor)
+            annotations = apply_paragraphs(annotations, paragraphs, cfg.output)
+    return DedupResult(table, exact, fuzzy, semantic, quality, contamination, paragraphs, annotations)
 
 
 def _locator(specs):
@@ -210,10 +220,13 @@ def _summary(cfg, inputs, specs, report, result: DedupResult, timer, wall, backe
     else:
         stages["semantic"] = {"enabled": False, "duplicates": 0, "remaining": remaining}
     if result.contamination is not None:
-        stages["contamination"] = dict(result.contamination.stats, enabled=True, remaining=keep)
+        stages["contamination"] = dict(result.contamination.stats, enabled=True, remaining=keep + (
+            result.paragraphs.stats["dropped"] if result.paragraphs is not None else 0))
     else:
         stages["contamination"] = {"enabled": False, "contaminated_documents": 0, "dropped": 0,
                                    "remaining": stages["semantic"]["remaining"]}
+    stages["paragraphs"] = dict(result.paragraphs.stats, enabled=True, remaining=keep) \
+        if result.paragraphs is not None else {"enabled": False, "dropped": 0}
     return {
         "gpucurate_version": __version__,
         "inputs": [str(i) for i in inputs],

@@ -5,7 +5,7 @@ from collections import Counter
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from conftest import read_annotations, write_jsonl
@@ -85,7 +85,7 @@ def test_boilerplate_document_frequencies_are_exact(tmp_path):
         len(left[0] & left[1]) / len(left[0] | left[1]))
     assert ann.loc[4].keep and ann.loc[4].dedup_id == 4, "a document that is only boilerplate joins nothing"
     assert ann.loc[2].keep and ann.loc[3].keep
-    edges = pa.parquet.read_table(tmp_path / "out" / "edges.parquet").to_pandas()
+    edges = pq.read_table(tmp_path / "out" / "edges.parquet").to_pandas()
     for r in edges.itertuples():
         a, b = left[int(r.id_a)], left[int(r.id_b)]
         assert r.score == pytest.approx(len(a & b) / len(a | b))

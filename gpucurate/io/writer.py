@@ -16,7 +16,10 @@ from ..errors import ConfigError, InputError
 from .reader import PartitionSpec, load_partition, order_keys
 
 ANNOTATIONS_DIR = "annotations"
-OUTPUT_ITEMS = (ANNOTATIONS_DIR, "aliases.parquet", "edges.parquet", "summary.json")
+#: annotation column of byte ranges that write_partition turns into ``paragraph_text``
+PARAGRAPH_CUTS = "_paragraph_cuts"
+OUTPUT_ITEMS = (ANNOTATIONS_DIR, "aliases.parquet", "edges.parquet", "summary.json", "embeddings",
+                "contamination_report.json")
 
 
 def prepare_output(path: str | Path, overwrite: bool) -> Path:
@@ -52,7 +55,13 @@ def write_partition(spec: PartitionSpec, cfg: Config, annotations: pa.Table, ord
         raise InputError(f"input column(s) {', '.join(clash)} clash with gpucurate's annotation columns; "
                          "rename them first", spec.path)
     for name in annotations.column_names:
-        table = table.append_column(name, annotations.column(name))
+        column = annotations.column(name)
+        if name == PARAGRAPH_CUTS:  # byte ranges to remove -> the text after paragraph dedup
+            from ..stages.paragraphs import apply_cuts
+            name = "paragraph_text"
+            column = pa.nulls(len(column), pa.string()) if column.null_count == len(column) else apply_cuts(
+                table.column(cfg.input.text_field).combine_chunks(), column.combine_chunks())
+        table = table.append_column(name, column)
     path = os.path.join(out_dir, ANNOTATIONS_DIR, f"part-{spec.index:05d}.parquet")
     pq.write_table(table, path, compression=_compression(cfg))
     return path

@@ -285,3 +285,97 @@ def quality_stats(offsets, data, words):
         out[d, 8] = _top_ngram_fraction(wh, wlen, nw, 4, chars, buf)
         out[d, 9] = alpha / nw if nw else 0.0
     return out
+
+
+@njit(nogil=True, cache=True)
+def _sentence_end(data, j, end):
+    """Width of a sentence terminator at ``j`` (. ! ? or the CJK 。！？) followed by whitespace or the end
+    of the text, else 0."""
+    c = data[j]
+    w = 0
+    if c == 46 or c == 33 or c == 63:
+        w = 1
+    elif c == 0xE3 and j + 2 < end and data[j + 1] == 0x80 and data[j + 2] == 0x82:
+        return 3  # 。 needs no following space
+    elif c == 0xEF and j + 2 < end and data[j + 1] == 0xBC and (data[j + 2] == 0x81 or data[j + 2] == 0x9F):
+        return 3  # ！？
+    if w and (j + 1 >= end or data[j + 1] == 32 or (9 <= data[j + 1] <= 13)):
+        return w
+    return 0
+
+
+@njit(nogil=True, cache=True)
+def _grow(a, k):
+    return np.concatenate((a, np.empty(a.shape[0], a.dtype))) if k >= a.shape[0] else a
+
+
+@njit(nogil=True, cache=True)
+def _emit(data, d, para_start, para_end, sentences, doc, s_out, e_out, k):
+    """Append one paragraph, or its groups of ``sentences`` sentences, to the output arrays."""
+    span_start = para_start
+    q = para_start
+    in_span = 0
+    while sentences > 0 and q < para_end:
+        w = _sentence_end(data, q, para_end)
+        if w == 0:
+            q += 1
+            continue
+        q += w
+        in_span += 1
+        if in_span == sentences:
+            doc, s_out, e_out = _grow(doc, k), _grow(s_out, k), _grow(e_out, k)
+            doc[k], s_out[k], e_out[k] = d, span_start, q
+            k += 1
+            in_span = 0
+            while q < para_end and (data[q] == 32 or (9 <= data[q] <= 13)):
+                q += 1
+            span_start = q
+    if span_start < para_end:
+        doc, s_out, e_out = _grow(doc, k), _grow(s_out, k), _grow(e_out, k)
+        doc[k], s_out[k], e_out[k] = d, span_start, para_end
+        k += 1
+    return doc, s_out, e_out, k
+
+
+@njit(nogil=True, cache=True)
+def paragraph_spans(offsets, data, sentences):
+    """Spans of each raw text: paragraphs, or with ``sentences > 0`` groups of that many consecutive
+    sentences inside each paragraph (the last group may be shorter).
+
+    A paragraph is a run of non-blank lines, trimmed; a blank line or an indented line (starting with
+    two spaces or a tab, as in newswire text) starts a new one.
+
+    Returns ``(doc int64[s], start int64[s], end int64[s])``, byte offsets into ``data``.
+    """
+    n_docs = offsets.shape[0] - 1
+    doc = np.empty(n_docs * 4 + 16, np.int64)
+    s_out = np.empty(n_docs * 4 + 16, np.int64)
+    e_out = np.empty(n_docs * 4 + 16, np.int64)
+    k = 0
+    for d in range(n_docs):
+        end = offsets[d + 1]
+        i = offsets[d]
+        para_start = -1
+        para_end = -1
+        while i <= end:
+            j = i
+            while j < end and data[j] != 10:
+                j += 1
+            a = i  # trim the line
+            while a < j and (data[a] == 32 or (9 <= data[a] <= 13)):
+                a += 1
+            b = j
+            while b > a and (data[b - 1] == 32 or (9 <= data[b - 1] <= 13)):
+                b -= 1
+            indented = b > a and (data[i] == 9 or (a - i >= 2 and data[i] == 32 and data[i + 1] == 32))
+            if para_start >= 0 and (b <= a or indented):  # the paragraph so far ends before this line
+                doc, s_out, e_out, k = _emit(data, d, para_start, para_end, sentences, doc, s_out, e_out, k)
+                para_start = -1
+            if b > a:
+                if para_start < 0:
+                    para_start = a
+                para_end = b
+            i = j + 1
+        if para_start >= 0:
+            doc, s_out, e_out, k = _emit(data, d, para_start, para_end, sentences, doc, s_out, e_out, k)
+    return doc[:k], s_out[:k], e_out[:k]

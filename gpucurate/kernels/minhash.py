@@ -240,8 +240,12 @@ def set_signatures(offsets: np.ndarray, values: np.ndarray, perm_a: np.ndarray, 
     1]]``), e.g. after boilerplate shingles were removed; an empty set gives all ``EMPTY_SIG``."""
     n = len(offsets) - 1
     cuts = np.linspace(0, n, max(1, min(threads * 4, n)) + 1).astype(np.int64)
-    parts = thread_map(lambda c: _set_minhash(offsets[c[0]:c[1] + 1] - offsets[c[0]], values[offsets[c[0]]:offsets[c[1]]],
-                                              perm_a, perm_b), list(zip(cuts[:-1], cuts[1:])), threads)
+
+    def one(c):
+        lo, hi = c
+        return _set_minhash(offsets[lo:hi + 1] - offsets[lo], values[offsets[lo]:offsets[hi]], perm_a, perm_b)
+
+    parts = thread_map(one, list(zip(cuts[:-1], cuts[1:])), threads)
     return np.concatenate(parts) if parts else np.empty((0, len(perm_a)), np.uint32)
 
 
