@@ -184,7 +184,7 @@ def bench(factor: int, texts: list[str], peers: bool, workers: int, repeat: int,
     pq.write_table(pa.table({"id": np.arange(n), "text": raw}), src, row_group_size=max(1, n // (4 * workers)))
     with timed(results, "gpucurate"):
         summary = gpucurate.run([str(src)], tmp / f"out_{factor}x",
-                                overrides=["run.progress=false", f"run.workers={workers}",
+                                overrides=["run.progress=false", f"run.workers={workers}", "semantic.enabled=false",
                                            f"input.partition_rows={max(1, n // (2 * workers))}",
                                            "output.overwrite=true"])
     ann = pq.read_table(tmp / f"out_{factor}x" / "annotations").to_pandas().sort_values("doc_id")
@@ -220,7 +220,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as warm:
         gpucurate_signatures(pa.array(texts[:200], type=pa.large_string()), 1)
         gpucurate.run([str(_write_small(Path(warm), texts[:200]))], Path(warm) / "o",
-                      overrides=["run.progress=false"])
+                      overrides=["run.progress=false", "semantic.enabled=false"])
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for factor in [int(f) for f in args.factors.split(",")]:

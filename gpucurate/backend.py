@@ -19,6 +19,7 @@ class Backend:
     minhash: ModuleType  # text_hashes, signatures, band_keys
     pairs: ModuleType  # bucket_pairs, jaccard_pairs, signature_agreement, components
     semantic: ModuleType  # kmeans_fit, assign, cluster_pairs, greedy_keep
+    gates: ModuleType  # quality_stats, ngram_matches, paragraph_spans
     torch_device: str = "cpu"
 
 
@@ -31,14 +32,30 @@ def gpu_available() -> bool:
         return False
 
 
+def _cuda_kernels_usable() -> bool:
+    """numba.cuda has a device, or runs its simulator (NUMBA_ENABLE_CUDASIM=1, for tests)."""
+    try:
+        from numba import cuda
+        return bool(cuda.is_available())
+    except Exception:
+        return False
+
+
 def select(name: str = "auto") -> Backend:
-    """Resolve ``auto | cpu | gpu`` to a Backend; ``gpu`` without a usable device is an error."""
-    from .kernels import minhash, pairs, semantic
+    """Resolve ``auto | cpu | gpu`` to a Backend; ``gpu`` without a usable device is an error.
+
+    The GPU backend runs the hash kernels with numba.cuda on device copies of the partitions' Arrow
+    buffers (``kernels.cuda``), the bucketing and components on the CPU kernels, and Torch on CUDA.
+    """
+    from .kernels import gates, minhash, pairs, semantic
     if name not in ("auto", "cpu", "gpu"):
         raise ConfigError(f"run.backend must be auto, cpu or gpu; got {name!r}")
-    if name == "gpu":
-        if not gpu_available():
-            raise ConfigError("run.backend=gpu but no CUDA device is visible to CuPy "
-                              "(install the gpu extra or use --backend cpu)")
-        raise ConfigError("run.backend=gpu: the GPU kernels are not part of this version yet; use --backend cpu")
-    return Backend("cpu", minhash, pairs, semantic)
+    if name == "gpu" or (name == "auto" and gpu_available()):
+        if not _cuda_kernels_usable():
+            raise ConfigError("run.backend=gpu but numba.cuda sees no CUDA device "
+                              "(install the gpu extra and a CUDA driver, or use --backend cpu)")
+        from numba import config as numba_config
+        from .kernels import cuda as cuda_kernels
+        torch_device = "cpu" if numba_config.ENABLE_CUDASIM else "cuda"
+        return Backend("gpu", cuda_kernels, cuda_kernels, semantic, cuda_kernels, torch_device)
+    return Backend("cpu", minhash, pairs, semantic, gates)

@@ -51,11 +51,15 @@ class Executor:
     progress : show progress bars on stderr.
     """
 
-    def __init__(self, scheduler: str | None = None, workers: int | None = None, progress: bool = True):
+    def __init__(self, scheduler: str | None = None, workers: int | None = None, progress: bool = True,
+                 gpus: bool = False):
         self.scheduler_address = scheduler
         self.workers = workers or os.cpu_count() or 1
         self.progress = progress
         self.client = None
+        self.cluster = None
+        if gpus and not scheduler:
+            scheduler = self._start_cuda_cluster()
         if scheduler:
             try:
                 from distributed import Client
@@ -63,6 +67,20 @@ class Executor:
             except (OSError, TimeoutError) as exc:
                 raise ConfigError(f"cannot connect to Dask scheduler {scheduler}: {str(exc).splitlines()[0]}") from None
             self.workers = max(1, sum(self.client.nthreads().values()))
+
+    def _start_cuda_cluster(self) -> str | None:
+        """With dask-cuda installed and several GPUs visible: one worker per GPU (``LocalCUDACluster``).
+        One GPU needs no cluster: the in-process threads share it."""
+        try:
+            from dask_cuda import LocalCUDACluster
+            from numba import cuda
+            if len(cuda.gpus) < 2:
+                return None
+        except Exception:  # dask-cuda not installed, or no driver: stay in-process
+            return None
+        self.cluster = LocalCUDACluster()
+        log.info("started a LocalCUDACluster with %d workers", len(self.cluster.workers))
+        return self.cluster.scheduler_address
 
     @property
     def description(self) -> str:
@@ -104,6 +122,9 @@ class Executor:
         if self.client is not None:
             self.client.close()
             self.client = None
+        if self.cluster is not None:
+            self.cluster.close()
+            self.cluster = None
 
     def __enter__(self):
         return self

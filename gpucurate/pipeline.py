@@ -79,7 +79,8 @@ def run(inputs: list[str] | str, output: str | os.PathLike, config: Config | str
     start = time.perf_counter()
     out = prepare_output(output, cfg.output.overwrite)
     report: dict = {}
-    with quiet_logs(), Executor(cfg.run.scheduler, cfg.run.workers, cfg.run.progress) as executor:
+    with quiet_logs(), Executor(cfg.run.scheduler, cfg.run.workers, cfg.run.progress,
+                                gpus=backend.name == "gpu") as executor:
         with timer("plan"):
             specs = plan_partitions([str(i) for i in inputs], cfg.input, report)
         log.info("%d input partition(s) from %d file(s) on %s", len(specs),
@@ -122,7 +123,7 @@ def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Tim
     """Gates and dedup stages over a narrow Dask DataFrame (``io.reader.NARROW_META``); each dedup stage
     sees only the canonicals of the one before, and documents that fail a quality rule take no part."""
     quality_gate = QualityGate(cfg.quality)
-    contamination_gate = ContaminationGate(cfg.contamination)
+    contamination_gate = ContaminationGate(cfg.contamination, backend)
     with timer("read+normalize"):
         threads = executor.threads_per_task(narrow_ddf.npartitions)
         ddf = narrow_ddf
@@ -130,7 +131,7 @@ def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Tim
             ddf = quality_gate.run(ddf)
         if contamination_gate.enabled:
             ddf = contamination_gate.run(ddf)
-        paragraph_stage = ParagraphDedup(cfg.paragraphs)
+        paragraph_stage = ParagraphDedup(cfg.paragraphs, backend)
         if cfg.paragraphs.enabled:
             ddf = paragraph_stage.run(ddf)
         ddf = executor.persist(Normalize(cfg.normalize).run(ddf, threads), "read+normalize")

@@ -9,6 +9,10 @@ import pytest
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 os.environ.setdefault("NUMBA_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".numba_cache"))
+# The CUDA kernels run in numba's CUDA simulator unless GPUCURATE_REAL_GPU=1 (benchmarks/gpu_check.py sets
+# it on a GPU machine). Set before numba is imported; CPU kernels are not affected.
+if os.environ.get("GPUCURATE_REAL_GPU") != "1":
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
 
 def write_jsonl(path: Path, records: list[dict], compress: str | None = None) -> Path:

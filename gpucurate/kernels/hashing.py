@@ -1,8 +1,8 @@
 """The scalar hash functions of gpucurate, defined once for every backend.
 
 All arithmetic is on unsigned 64-bit integers modulo 2**64, little-endian, so the same bytes give the
-same hash on any machine and on the GPU. The functions are numba ``@njit`` device-agnostic code: the
-CPU kernels call them directly and the CUDA kernels compile the same source as device functions.
+same hash on any machine and on the GPU. ``define_hash_functions`` holds their one source: the CPU
+kernels use it compiled with ``numba.njit``, the CUDA kernels compiled as CUDA device functions.
 
 Definitions (the contract; ``reference_hash_bytes`` is the plain-Python version used by tests):
 
@@ -34,45 +34,71 @@ MASK64 = (1 << 64) - 1
 EXACT_SEED = U64(0x5EED0001)
 
 
-@njit(inline="always", nogil=True)
-def fmix64(x):
-    x ^= x >> U64(30)
-    x *= M2
-    x ^= x >> U64(27)
-    x *= M3
-    x ^= x >> U64(31)
-    return x
+def define_hash_functions(jit):
+    """The scalar hash functions compiled with ``jit``: ``numba.njit(inline="always")`` for the CPU
+    kernels (below), ``numba.cuda.jit(device=True)`` for the CUDA kernels (``kernels.cuda``). One
+    source, so both backends compute the same bits.
+
+    Returns ``(fmix64, mix_word, load_le64, hash_bytes, minhash_value, band_seed, fold)``.
+    """
+
+    @jit
+    def fmix64(x):
+        x ^= x >> U64(30)
+        x *= M2
+        x ^= x >> U64(27)
+        x *= M3
+        x ^= x >> U64(31)
+        return x
+
+    @jit
+    def mix_word(h, w):
+        k = w * M2
+        k ^= k >> U64(29)
+        h = (h ^ k) * M3
+        h ^= h >> U64(32)
+        return h
+
+    @jit
+    def load_le64(words, i):
+        """The 8 bytes at byte offset ``i`` as a little-endian uint64, from ``words`` (uint64 view of the
+        byte buffer, padded with at least one zero word) with two aligned loads."""
+        q = i >> 3
+        r = U64((i & 7) * 8)
+        return (words[q] >> r) | ((words[q + 1] << U64(1)) << (U64(63) - r))
+
+    @jit
+    def hash_bytes(words, start, end, seed):
+        """64-bit hash of bytes ``[start, end)`` of a padded uint64 word buffer (module docstring)."""
+        h = seed + U64(end - start) * M1
+        i = start
+        while i + 8 <= end:
+            h = mix_word(h, load_le64(words, i))
+            i += 8
+        if i < end:
+            h = mix_word(h, load_le64(words, i) & ((U64(1) << U64((end - i) * 8)) - U64(1)))
+        return fmix64(h)
+
+    @jit
+    def minhash_value(a, b, h):
+        return np.uint32((a * h + b) >> U64(32))
+
+    @jit
+    def band_seed(seed, band):
+        return fmix64(seed + U64(band + 1) * M1)
+
+    @jit
+    def fold(h, v):
+        """Fold a 32- or 64-bit value into a running hash (band keys, shingles of unit hashes)."""
+        h = (h ^ U64(v)) * M3
+        h ^= h >> U64(29)
+        return h
+
+    return fmix64, mix_word, load_le64, hash_bytes, minhash_value, band_seed, fold
 
 
-@njit(inline="always", nogil=True)
-def _mix_word(h, w):
-    k = w * M2
-    k ^= k >> U64(29)
-    h = (h ^ k) * M3
-    h ^= h >> U64(32)
-    return h
-
-
-@njit(inline="always", nogil=True)
-def load_le64(words, i):
-    """The 8 bytes at byte offset ``i`` as a little-endian uint64, from ``words`` (uint64 view of the
-    byte buffer, padded with at least one zero word) with two aligned loads."""
-    q = i >> 3
-    r = U64((i & 7) * 8)
-    return (words[q] >> r) | ((words[q + 1] << U64(1)) << (U64(63) - r))
-
-
-@njit(inline="always", nogil=True)
-def hash_bytes(words, start, end, seed):
-    """64-bit hash of bytes ``[start, end)`` of a padded uint64 word buffer, see the module docstring."""
-    h = seed + U64(end - start) * M1
-    i = start
-    while i + 8 <= end:
-        h = _mix_word(h, load_le64(words, i))
-        i += 8
-    if i < end:
-        h = _mix_word(h, load_le64(words, i) & ((U64(1) << U64((end - i) * 8)) - U64(1)))
-    return fmix64(h)
+fmix64, _mix_word, load_le64, hash_bytes, minhash_value, band_seed, fold = define_hash_functions(
+    njit(inline="always", nogil=True))
 
 
 def padded_words(data: np.ndarray) -> np.ndarray:
@@ -81,24 +107,6 @@ def padded_words(data: np.ndarray) -> np.ndarray:
     words = np.zeros(len(data) // 8 + 2, dtype=np.uint64)
     words.view(np.uint8)[:len(data)] = data
     return words
-
-
-@njit(inline="always", nogil=True)
-def minhash_value(a, b, h):
-    return np.uint32((a * h + b) >> U64(32))
-
-
-@njit(inline="always", nogil=True)
-def band_seed(seed, band):
-    return fmix64(seed + U64(band + 1) * M1)
-
-
-@njit(inline="always", nogil=True)
-def fold(h, v):
-    """Fold a 32- or 64-bit value into a running hash (band keys, shingles of unit hashes)."""
-    h = (h ^ U64(v)) * M3
-    h ^= h >> U64(29)
-    return h
 
 
 @njit(nogil=True, cache=True)

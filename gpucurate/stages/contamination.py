@@ -173,7 +173,7 @@ class ItemIndex:
         return which, entry
 
 
-def contamination_partition(df: pd.DataFrame, index: ItemIndex, keep_raw: bool) -> pd.DataFrame:
+def contamination_partition(df: pd.DataFrame, index: ItemIndex, keep_raw: bool, kernels=None) -> pd.DataFrame:
     """Look up every document's n-grams; the matches go to ``df.attrs["contamination"]``: ``(rows,
     table positions, span starts, span ends)`` (byte spans within the match-normalized text), the normalized
     texts of matched rows (and their raw texts when ``keep_raw``), and the seconds spent."""
@@ -183,7 +183,8 @@ def contamination_partition(df: pd.DataFrame, index: ItemIndex, keep_raw: bool) 
     raw = pa.chunked_array(df["_text"].array._pa_array).combine_chunks() if len(df) else pa.array([], pa.large_string())
     norm = normalize(raw, MATCH_NORMALIZE)
     offsets, data = arrow_buffers(norm)
-    rows, where, s, e = ngram_matches(offsets, data, padded_words(data), index.lengths, index.table)
+    match = kernels.ngram_matches if kernels is not None else ngram_matches
+    rows, where, s, e = match(offsets, data, padded_words(data), index.lengths, index.table)
     matched = np.unique(rows)
     texts = dict(zip(matched.tolist(), norm.take(pa.array(matched)).to_pylist())) if len(matched) else {}
     raws = dict(zip(matched.tolist(), raw.take(pa.array(matched)).to_pylist())) if keep_raw and len(matched) else {}
@@ -209,8 +210,8 @@ class ContaminationGate:
 
     name = "contamination"
 
-    def __init__(self, cfg: ContaminationConfig):
-        self.cfg = cfg
+    def __init__(self, cfg: ContaminationConfig, backend=None):
+        self.cfg, self.backend = cfg, backend
         self.benchmarks = parse_benchmarks(cfg.benchmarks)
         t0 = time.perf_counter()
         self.index = ItemIndex.build(self.benchmarks, cfg.ngram) if self.benchmarks else None
@@ -221,7 +222,9 @@ class ContaminationGate:
         return self.index is not None
 
     def run(self, ddf):
-        return ddf.map_partitions(contamination_partition, self.index, self.cfg.action == "strip", meta=ddf._meta)
+        kernels = self.backend.gates if self.backend is not None else None
+        return ddf.map_partitions(contamination_partition, self.index, self.cfg.action == "strip", kernels,
+                                  meta=ddf._meta)
 
     def collect(self, ddf, table, executor: Executor) -> ContaminationResult:
         cfg, index = self.cfg, self.index

@@ -216,7 +216,8 @@ class FuzzyDedup:
     def _parallel_jaccard(self, offsets, values, pi, pj, executor: Executor) -> np.ndarray:
         """Verify pairs in chunks on the local cores; chunks are cut where ``pi`` changes so each keeps
         the per-document hash-table reuse."""
-        n_chunks = max(1, min(executor.workers * 2, len(pi) // 50_000))
+        # one device call on the GPU; chunks on the local cores otherwise
+        n_chunks = 1 if self.backend.name == "gpu" else max(1, min(executor.workers * 2, len(pi) // 50_000))
         cuts = [0]
         for c in range(1, n_chunks):
             cut = int(np.searchsorted(pi, pi[len(pi) * c // n_chunks]))

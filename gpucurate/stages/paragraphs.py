@@ -33,7 +33,7 @@ from ..text import arrow_buffers, from_buffers, normalize
 _BLANK_RUNS = re.compile(r"\n[ \t\r\f\v]*\n(?:[ \t\r\f\v]*\n)+")
 
 
-def paragraph_partition(df: pd.DataFrame, sentences: int) -> pd.DataFrame:
+def paragraph_partition(df: pd.DataFrame, sentences: int, hash_texts=text_hashes) -> pd.DataFrame:
     """Spans of every raw text with their hash and lengths, in ``df.attrs["paragraphs"]``: rows, byte
     start/end within the text, hash, normalized characters, raw characters."""
     start = time.perf_counter()
@@ -52,7 +52,7 @@ def paragraph_partition(df: pd.DataFrame, sentences: int) -> pd.DataFrame:
     n_off, n_data = arrow_buffers(norm)
     out.attrs["paragraphs"] = {
         "rows": rows, "start": s - offsets[rows], "end": e - offsets[rows],
-        "hash": text_hashes(n_off, padded_words(n_data)),
+        "hash": hash_texts(n_off, padded_words(n_data)),
         "norm_chars": pc.utf8_length(norm).to_numpy(zero_copy_only=False).astype(np.int64),
         "raw_chars": pc.utf8_length(spans).to_numpy(zero_copy_only=False).astype(np.int64),
         "doc_chars": pc.utf8_length(raw).to_numpy(zero_copy_only=False).astype(np.int64),
@@ -93,12 +93,13 @@ class ParagraphDedup:
 
     name = "paragraphs"
 
-    def __init__(self, cfg: ParagraphsConfig):
-        self.cfg = cfg
+    def __init__(self, cfg: ParagraphsConfig, backend=None):
+        self.cfg, self.backend = cfg, backend
 
     def run(self, ddf):
         sentences = self.cfg.sentences if self.cfg.unit == "sentences" else 0
-        return ddf.map_partitions(paragraph_partition, sentences, meta=ddf._meta)
+        hash_texts = self.backend.minhash.text_hashes if self.backend is not None else text_hashes
+        return ddf.map_partitions(paragraph_partition, sentences, hash_texts, meta=ddf._meta)
 
     def collect(self, ddf, table, kept: np.ndarray, executor: Executor) -> ParagraphResult:
         cfg = self.cfg
