@@ -14,13 +14,21 @@ import numpy as np
 BLOCK_ENTRIES = 1 << 24
 
 
-def kmeans_fit(x: np.ndarray, k: int, seed: int, max_iter: int, sample: int) -> np.ndarray:
+def kmeans_fit(x: np.ndarray, k: int, seed: int, max_iter: int, sample: int, device: str = "cpu") -> np.ndarray:
     """float32[k, d] centroids of k-means (k-means++ init, one run) fit on at most ``sample`` points
-    drawn with ``seed``."""
-    from sklearn.cluster import KMeans
+    drawn with ``seed``: cuML on a CUDA device when it is installed, scikit-learn otherwise."""
     if len(x) > sample:
         pick = np.sort(np.random.default_rng(seed).choice(len(x), sample, replace=False))
         x = x[pick]
+    if device.startswith("cuda"):
+        try:
+            from cuml.cluster import KMeans as CuKMeans
+        except ImportError:
+            pass
+        else:
+            km = CuKMeans(n_clusters=k, n_init=1, max_iter=max_iter, random_state=seed)
+            return np.asarray(km.fit(x).cluster_centers_, dtype=np.float32)
+    from sklearn.cluster import KMeans
     km = KMeans(n_clusters=k, n_init=1, max_iter=max_iter, random_state=seed, algorithm="lloyd")
     return km.fit(x).cluster_centers_.astype(np.float32)
 

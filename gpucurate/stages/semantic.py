@@ -214,7 +214,7 @@ class SemanticDedup:
         n_clusters = min(m, cfg.n_clusters or max(1, math.ceil(math.sqrt(m))))
         if n_clusters > 1:
             centroids = self.backend.semantic.kmeans_fit(embeddings, n_clusters, cfg.seed, cfg.kmeans_iter,
-                                                         cfg.kmeans_sample)
+                                                         cfg.kmeans_sample, self.device)
         else:
             n_clusters = 1
             centroids = embeddings.mean(axis=0, keepdims=True) if m else np.zeros((1, embeddings.shape[1]), np.float32)
