@@ -192,13 +192,14 @@ def quality_stats(offsets, data, words):
     """
     n_docs = offsets.shape[0] - 1
     out = np.zeros((n_docs, 10), np.float64)
-    max_len = 2
+    # a text of L bytes has at most L // 2 + 1 words or lines; buf holds line hashes, then n-gram hashes
+    max_units = 2
     for d in range(n_docs):
-        max_len = max(max_len, offsets[d + 1] - offsets[d] + 2)
-    wh = np.empty(max_len, np.uint64)
-    wlen = np.empty(max_len, np.int64)
-    buf = np.empty(max_len, np.uint64)
-    line_h = np.empty(max_len, np.uint64)
+        max_units = max(max_units, (offsets[d + 1] - offsets[d]) // 2 + 2)
+    wh = np.empty(max_units, np.uint64)
+    wlen = np.empty(max_units, np.int32)
+    buf = np.empty(max_units, np.uint64)
+    line_h = buf
     for d in range(n_docs):
         start = offsets[d]
         end = offsets[d + 1]
