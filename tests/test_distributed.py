@@ -52,5 +52,7 @@ def test_gates_and_paragraphs_on_a_cluster(tmp_path, demo_frame, cluster):
     local = gpucurate.run(inputs, tmp_path / "local", overrides=over)
     remote = gpucurate.run(inputs, tmp_path / "remote", overrides=over + [f"run.scheduler={cluster.scheduler_address}"])
     pd.testing.assert_frame_equal(read_annotations(tmp_path / "remote"), read_annotations(tmp_path / "local"))
+    for key in ("contaminated_documents", "dropped", "stripped", "items"):
+        assert remote["stages"]["contamination"][key] == local["stages"]["contamination"][key], key
     assert remote["stages"]["contamination"]["contaminated_documents"] == 8
     assert remote["stages"]["quality"]["dropped"] > 0 and remote["stages"]["paragraphs"]["documents_changed"] > 0
