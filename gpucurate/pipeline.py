@@ -155,6 +155,8 @@ def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Tim
         canonical[fuzzy.rows[fuzzy.canon != fuzzy.rows]] = False
     semantic = None
     if semantic_enabled(cfg.semantic):
+        if cfg.semantic.enabled is None:
+            log.info("semantic stage on because the encoder is installed (--set semantic.enabled=false skips it)")
         with timer("semantic"):
             semantic = SemanticDedup(cfg.semantic, cfg.canonical.policy, backend, cfg.run.progress).run(
                 ddf, table, canonical, exact.hashes, executor)
