@@ -32,6 +32,12 @@ def gpu_available() -> bool:
         return False
 
 
+def _simulated() -> bool:
+    """numba runs CUDA kernels in its simulator (tests): only an explicit ``gpu`` uses it."""
+    import os
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
 def _cuda_kernels_usable() -> bool:
     """numba.cuda has a device, or runs its simulator (NUMBA_ENABLE_CUDASIM=1, for tests)."""
     try:
@@ -50,7 +56,7 @@ def select(name: str = "auto") -> Backend:
     from .kernels import gates, minhash, pairs, semantic
     if name not in ("auto", "cpu", "gpu"):
         raise ConfigError(f"run.backend must be auto, cpu or gpu; got {name!r}")
-    if name == "gpu" or (name == "auto" and gpu_available()):
+    if name == "gpu" or (name == "auto" and gpu_available() and not _simulated()):
         if not _cuda_kernels_usable():
             raise ConfigError("run.backend=gpu but numba.cuda sees no CUDA device "
                               "(install the gpu extra and a CUDA driver, or use --backend cpu)")
