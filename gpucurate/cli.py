@@ -1,4 +1,4 @@
-"""Command line: ``python -m gpucurate run|demo``. Logs and progress go to stderr, data to files."""
+"""Command line: ``python -m gpucurate run|demo|calibrate``. Logs and progress go to stderr, data to files."""
 
 from __future__ import annotations
 
@@ -42,7 +42,60 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--docs", type=int, default=3000, help="documents to generate (default 3000)")
     demo.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
     _add_run_options(demo)
+
+    cal = sub.add_parser("calibrate", help="choose a threshold from labelled pairs (precision/recall/F1 sweep)")
+    cal.add_argument("--pairs", required=True, metavar="FILE", help="CSV, TSV or Parquet of labelled text pairs")
+    cal.add_argument("--preset", choices=["mrpc", "pan"], help="column names of the MRPC or PAN pair files")
+    cal.add_argument("--text-a", default="text_a", help="column of the first text (default text_a)")
+    cal.add_argument("--text-b", default="text_b", help="column of the second text (default text_b)")
+    cal.add_argument("--label", default="label", help="column of the 0/1 label (default label)")
+    cal.add_argument("--method", choices=["jaccard", "minhash", "simhash", "cosine"], default="jaccard")
+    cal.add_argument("--thresholds", default="0.50:0.99:0.01",
+                     help="start:stop:step or a list (default 0.50:0.99:0.01)")
+    cal.add_argument("--min-precision", type=float, default=0.95,
+                     help="report the lowest threshold with at least this precision (default 0.95)")
+    cal.add_argument("--out", default="calibration", metavar="DIR", help="output folder (default calibration)")
+    cal.add_argument("--config", help="YAML config whose normalize/fuzzy/semantic settings to use")
+    cal.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    cal.add_argument("-q", "--quiet", action="store_true")
+    cal.add_argument("-v", "--verbose", action="store_true")
     return parser
+
+
+def run_calibrate(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+    from .calibrate import PRESETS, calibrate, load_pairs, parse_thresholds, write_outputs
+    from .config import load_config
+    cfg = load_config(args.config, args.overrides)
+    text_a, text_b, label = PRESETS[args.preset] if args.preset else (args.text_a, args.text_b, args.label)
+    pairs = load_pairs(args.pairs, text_a, text_b, label)
+    cal = calibrate(pairs, args.method, cfg, parse_thresholds(args.thresholds), args.min_precision)
+    paths = write_outputs(cal, args.out)
+    t = Table(title=f"{args.method} on {cal.pairs:,} labelled pairs ({cal.positives:,} positive)")
+    for col in ("threshold", "predicted", "precision", "recall", "f1"):
+        t.add_column(col, justify="right")
+    marks = {cal.best_f1["threshold"]: " best F1"}
+    if cal.lowest_at_precision:
+        marks[cal.lowest_at_precision["threshold"]] = marks.get(cal.lowest_at_precision["threshold"], "") + \
+            f" precision>={args.min_precision:g}"
+    for r in cal.table.itertuples():
+        if round(r.threshold * 100) % 5 == 0 or r.threshold in marks:
+            t.add_row(f"{r.threshold:.2f}{marks.get(r.threshold, '')}", f"{r.predicted:,}", f"{r.precision:.3f}",
+                      f"{r.recall:.3f}", f"{r.f1:.3f}")
+    console = Console()
+    console.print(t)
+    console.print(f"best F1 {cal.best_f1['f1']:.3f} at {cal.best_f1['threshold']:.2f}; "
+                  + (f"lowest threshold with precision >= {args.min_precision:g}: "
+                     f"{cal.lowest_at_precision['threshold']:.2f}" if cal.lowest_at_precision
+                     else f"no threshold reaches precision {args.min_precision:g}"))
+    if cal.lsh:
+        curve = ", ".join(f"{k}: {v:.2f}" for k, v in cal.lsh["candidate_probability"].items()
+                          if k in ("0.50", "0.70", "0.80", "0.90"))
+        console.print(f"LSH at {cal.lsh['threshold']:.2f}: {cal.lsh['bands']} bands x {cal.lsh['rows']} rows; "
+                      f"P(candidate | Jaccard) {curve}")
+    console.print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
 
 
 def _overrides(args) -> list[str]:
@@ -105,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("numba", "fsspec", "asyncio"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
+        if args.command == "calibrate":
+            return run_calibrate(args)
         from .pipeline import run
         if args.command == "demo":
             from pathlib import Path
