@@ -73,7 +73,8 @@ def annotate(table: DocTable, exact: ExactResult, fuzzy: FuzzyResult | None, out
             label = label + f" ({text[2]} " + np.char.mod("%.3f", similarity[r]).astype(object) + ")"
         reason[r] = label.to_numpy()
 
-    measure = "jaccard" if fuzzy is None or fuzzy.score_kind == "jaccard" else "estimated jaccard"
+    measure = {"jaccard": "jaccard", "minhash": "estimated jaccard", "simhash": "simhash similarity"}[
+        fuzzy.score_kind if fuzzy is not None else "jaccard"]
     describe(exact_dup, exact_canon, ("exact", "exact duplicate of ", None))
     describe(fuzzy_dup, fuzzy_canon, ("fuzzy", "near-duplicate of ", measure))
     describe(semantic_dup, final, ("semantic", "semantic duplicate of ", "cosine"))
@@ -158,7 +159,7 @@ def edge_table(table: DocTable, fuzzy: FuzzyResult | None, fuzzy_threshold: floa
     semantic stage with cosine at or above its threshold (method ``cosine``)."""
     parts = []
     if fuzzy is not None:
-        parts.append((fuzzy.edge_i, fuzzy.edge_j, fuzzy.edge_score, fuzzy.score_kind, fuzzy_threshold))
+        parts.append((fuzzy.edge_i, fuzzy.edge_j, fuzzy.edge_score, fuzzy.score_kind, fuzzy.threshold))
     if semantic is not None:
         parts.append((semantic.edge_i, semantic.edge_j, semantic.edge_score, "cosine", semantic_threshold))
     i = np.concatenate([p[0] for p in parts] + [np.empty(0, np.int64)])

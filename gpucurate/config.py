@@ -91,6 +91,10 @@ class FuzzyConfig:
     """MinHash + LSH near-duplicate detection with exact-Jaccard verification."""
 
     enabled: bool = True
+    #: minhash: MinHash + LSH (+ exact-Jaccard verification); simhash: 64-bit SimHash of the shingle set,
+    #: an edge when the Hamming distance is at most simhash_max_distance (threshold and verify unused)
+    method: str = _choice("minhash", "minhash", "simhash")
+    simhash_max_distance: int = 3
     #: word: k consecutive words; char: n consecutive characters (for scripts without spaces)
     shingle: str = _choice("word", "word", "char")
     ngram: int = 5
@@ -287,6 +291,8 @@ class Config:
         for key in ("min_words", "max_words"):
             if getattr(self.quality, key) is not None and getattr(self.quality, key) < 0:
                 raise ConfigError(f"quality.{key} must be >= 0 or null")
+        if not 0 <= self.fuzzy.simhash_max_distance <= 31:
+            raise ConfigError(f"fuzzy.simhash_max_distance must be in [0, 31], got {self.fuzzy.simhash_max_distance}")
         if self.fuzzy.boilerplate_max_df <= 0:
             raise ConfigError(f"fuzzy.boilerplate_max_df must be > 0, got {self.fuzzy.boilerplate_max_df}")
         pg = self.paragraphs

@@ -17,6 +17,7 @@ import numpy as np
 from numba import cuda
 
 from . import gates as cpu_gates
+from . import minhash as cpu_minhash
 from . import pairs as cpu_pairs
 from .gates import NGRAM_SEED
 from .hashing import EXACT_SEED, M2, U64, define_hash_functions, padded_words
@@ -318,4 +319,7 @@ candidate_pairs = cpu_pairs.candidate_pairs
 components = cpu_pairs.components
 signature_agreement = cpu_pairs.signature_agreement
 quality_stats = cpu_gates.quality_stats
+simhash64 = cpu_minhash.simhash64
+simhash_band_keys = cpu_minhash.simhash_band_keys
+hamming_similarity = cpu_minhash.hamming_similarity
 paragraph_spans = cpu_gates.paragraph_spans

@@ -262,3 +262,58 @@ def band_keys(sigs, bands, rows, seed):
                 h = fold(h, sigs[d, r])
             out[d, j] = fmix64(h)
     return out
+
+
+@njit(nogil=True, cache=True)
+def simhash64(offsets, values):
+    """``uint64[n]`` 64-bit SimHash of each set of shingle hashes (weight 1 each): bit ``b`` is set when
+    more of the set's hashes have bit ``b`` set than not. An empty set gives 0."""
+    n = offsets.shape[0] - 1
+    out = np.zeros(n, dtype=np.uint64)
+    counts = np.zeros(64, dtype=np.int64)
+    for d in range(n):
+        counts[:] = 0
+        for r in range(offsets[d], offsets[d + 1]):
+            h = values[r]
+            for b in range(64):
+                if (h >> U64(b)) & U64(1):
+                    counts[b] += 1
+                else:
+                    counts[b] -= 1
+        x = U64(0)
+        for b in range(64):
+            if counts[b] > 0:
+                x |= U64(1) << U64(b)
+        out[d] = x
+    return out
+
+
+@njit(nogil=True, cache=True)
+def simhash_band_keys(sims, bands, seed):
+    """``uint64[n, bands]``: the 64 bits cut into ``bands`` runs (the last takes the remainder), each run
+    hashed with its band's seed. Two SimHashes within Hamming distance ``bands - 1`` share a run."""
+    n = sims.shape[0]
+    out = np.empty((n, bands), dtype=np.uint64)
+    width = 64 // bands
+    for j in range(bands):
+        lo = j * width
+        w = 64 - lo if j == bands - 1 else width
+        mask = U64(0xFFFFFFFFFFFFFFFF) if w == 64 else (U64(1) << U64(w)) - U64(1)
+        h0 = band_seed(seed, j)
+        for d in range(n):
+            out[d, j] = fmix64(fold(h0, (sims[d] >> U64(lo)) & mask))
+    return out
+
+
+@njit(nogil=True, cache=True)
+def hamming_similarity(sims, pi, pj):
+    """``float64[p]``: 1 - Hamming distance / 64 of each pair's SimHashes."""
+    out = np.empty(pi.shape[0], dtype=np.float64)
+    for t in range(pi.shape[0]):
+        x = sims[pi[t]] ^ sims[pj[t]]
+        c = 0
+        while x:
+            x &= x - U64(1)
+            c += 1
+        out[t] = 1.0 - c / 64.0
+    return out

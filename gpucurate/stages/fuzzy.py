@@ -89,7 +89,8 @@ class FuzzyResult:
     edge_i: np.ndarray  # int64[e] table rows of candidate pairs (i < j)
     edge_j: np.ndarray
     edge_score: np.ndarray  # float64[e]
-    score_kind: str  # "jaccard" (verified) or "minhash" (estimate)
+    score_kind: str  # "jaccard" (verified), "minhash" (estimate) or "simhash" (1 - Hamming / 64)
+    threshold: float  # edges have score >= threshold
     bands: int
     rows_per_band: int
     stats: dict
@@ -110,7 +111,10 @@ class FuzzyDedup:
 
     def __init__(self, cfg: FuzzyConfig, policy: str, backend: Backend):
         self.cfg, self.policy, self.backend = cfg, policy, backend
-        if cfg.bands is not None:
+        if cfg.method == "simhash":  # k + 1 runs of bits: within distance k, two SimHashes share one
+            self.bands = cfg.simhash_max_distance + 1
+            self.rows_per_band = 64 // self.bands
+        elif cfg.bands is not None:
             self.bands, self.rows_per_band = cfg.bands, cfg.rows
         else:
             if cfg.fp_weight is not None:
@@ -151,6 +155,13 @@ class FuzzyDedup:
             steps["boilerplate"] = time.perf_counter() - t0
             t0 = time.perf_counter()
 
+        simhashes = None
+        threshold = self.cfg.threshold
+        if self.cfg.method == "simhash":  # bands of SimHash bits instead of MinHash bands
+            simhashes = self.backend.minhash.simhash64(csr_offsets, csr_values)
+            keys = self.backend.minhash.simhash_band_keys(simhashes, self.bands, params.seed)
+            threshold = 1.0 - self.cfg.simhash_max_distance / 64.0
+
         # LSH: documents sharing any band key are candidates; documents with no shingle left (only
         # boilerplate) have no key to share
         has_shingles = np.diff(csr_offsets) > 0
@@ -163,25 +174,30 @@ class FuzzyDedup:
         steps["lsh"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        if self.cfg.verify:
+        if simhashes is not None:
+            scores = self.backend.minhash.hamming_similarity(simhashes, pi, pj)
+        elif self.cfg.verify:
             scores = self._parallel_jaccard(csr_offsets, csr_values, pi, pj, executor)
         else:
             scores = pk.signature_agreement(sigs, pi, pj)
         steps["verify"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        edge = scores >= self.cfg.threshold
+        edge = scores >= threshold - 1e-12
         labels = pk.components(m, pi[edge], pj[edge])
         key = table.policy_key(self.policy)[rows]
         canon_local = np.searchsorted(rows, canonicals(labels, rows, key))
         similarity = np.ones(m, dtype=np.float64)
         members = np.flatnonzero(canon_local != np.arange(m))
         if len(members):
-            if self.cfg.verify:
+            if simhashes is not None:
+                similarity[members] = self.backend.minhash.hamming_similarity(simhashes, members, canon_local[members])
+            elif self.cfg.verify:
                 similarity[members] = pk.jaccard_pairs(csr_offsets, csr_values, members, canon_local[members])
             else:
                 similarity[members] = pk.signature_agreement(sigs, members, canon_local[members])
         steps["cluster"] = time.perf_counter() - t0
-        stats = {"documents": int(m), "bands": self.bands, "rows": self.rows_per_band,
+        kind = "simhash" if simhashes is not None else "jaccard" if self.cfg.verify else "minhash"
+        stats = {"documents": int(m), "method": self.cfg.method, "bands": self.bands, "rows": self.rows_per_band,
                  "bucket_entries": int(keys.size), "candidate_pairs": int(len(pi)),
                  "edges": int(edge.sum()), "step_seconds": {k: round(v, 4) for k, v in steps.items()},
                  "shingles": int(len(csr_values)),
@@ -190,7 +206,7 @@ class FuzzyDedup:
         if boilerplate is not None:
             stats["boilerplate"] = boilerplate
         return FuzzyResult(rows, rows[canon_local], similarity, rows[pi], rows[pj], scores,
-                           "jaccard" if self.cfg.verify else "minhash", self.bands, self.rows_per_band, stats)
+                           kind, threshold, self.bands, self.rows_per_band, stats)
 
     def _drop_boilerplate(self, offsets: np.ndarray, values: np.ndarray, m: int):
         """Remove the shingles contained in more than ``boilerplate_max_df`` of the ``m`` documents.
