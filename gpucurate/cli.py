@@ -1,4 +1,4 @@
-"""Command line: ``python -m gpucurate run|demo|calibrate``. Logs and progress go to stderr, data to files."""
+"""Command line: ``python -m gpucurate run|demo|sample-pairs|calibrate``; logs and progress to stderr."""
 
 from __future__ import annotations
 
@@ -42,6 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--docs", type=int, default=3000, help="documents to generate (default 3000)")
     demo.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
     _add_run_options(demo)
+
+    smp = sub.add_parser("sample-pairs", help="draw candidate pairs of a finished run for people to label")
+    smp.add_argument("--run", required=True, metavar="DIR", help="output directory of a finished run")
+    smp.add_argument("-n", type=int, default=300, help="pairs to draw (default 300)")
+    smp.add_argument("--seed", type=int, default=0)
+    smp.add_argument("--out", default="review.csv", metavar="FILE", help="CSV to write (default review.csv)")
+    smp.add_argument("-q", "--quiet", action="store_true")
+    smp.add_argument("-v", "--verbose", action="store_true")
 
     cal = sub.add_parser("calibrate", help="choose a threshold from labelled pairs (precision/recall/F1 sweep)")
     cal.add_argument("--pairs", required=True, metavar="FILE", help="CSV, TSV or Parquet of labelled text pairs")
@@ -160,6 +168,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "calibrate":
             return run_calibrate(args)
+        if args.command == "sample-pairs":
+            from .review import sample_pairs
+            sample = sample_pairs(args.run, args.n, args.seed)
+            sample.to_csv(args.out, index=False)
+            log.info("wrote %d pairs to %s; fill in label (1 = same document, 0 = not), then run "
+                     "python -m gpucurate calibrate --pairs %s --method ...", len(sample), args.out, args.out)
+            return 0
         from .pipeline import run
         if args.command == "demo":
             from pathlib import Path

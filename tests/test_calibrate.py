@@ -92,3 +92,28 @@ def test_cosine_calibration():
     cos = similarities(["The cat sat on the mat.", "Stocks fell today."],
                        ["A cat was sitting on the mat.", "The recipe needs flour."], "cosine", Config())
     assert cos[0] > 0.7 > cos[1]
+
+
+def test_sample_pairs_then_calibrate(tmp_path, demo_frame, capsys):
+    from conftest import write_jsonl
+    from gpucurate.pipeline import run
+    src = write_jsonl(tmp_path / "d.jsonl", demo_frame.head(600).to_dict(orient="records"))
+    run([str(src)], tmp_path / "run", overrides={"run.progress": False, "fuzzy.threshold": 0.8})
+    assert main(["sample-pairs", "--run", str(tmp_path / "run"), "-n", "40", "--out", str(tmp_path / "r.csv"),
+                 "-q"]) == 0
+    review = pd.read_csv(tmp_path / "r.csv", keep_default_na=False)
+    assert list(review.columns) == ["method", "score", "id_a", "id_b", "text_a", "text_b", "diff", "label"]
+    assert 8 <= len(review) <= 40 and (review.label == "").all() and set(review.method) == {"jaccard"}
+    assert review.score.min() < 0.8 <= review.score.max(), "pairs on both sides of the threshold"
+    texts = dict(zip(demo_frame.id, demo_frame.text.fillna("")))
+    assert all(texts[a] == t for a, t in zip(review.id_a, review.text_a))
+    again = main(["sample-pairs", "--run", str(tmp_path / "run"), "-n", "40", "--out", str(tmp_path / "r2.csv"),
+                  "-q"])
+    assert again == 0 and (tmp_path / "r2.csv").read_text() == (tmp_path / "r.csv").read_text(), "deterministic"
+    review["label"] = (review.score >= 0.8).astype(int)  # a labeller who agrees with the threshold
+    review.to_csv(tmp_path / "labelled.csv", index=False)
+    assert main(["calibrate", "--pairs", str(tmp_path / "labelled.csv"), "--method", "jaccard",
+                 "--out", str(tmp_path / "cal")]) == 0
+    data = json.loads((tmp_path / "cal" / "calibration.json").read_text())
+    assert data["best_f1"]["f1"] == 1.0 and data["best_f1"]["threshold"] <= 0.8
+    capsys.readouterr()
