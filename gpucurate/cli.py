@@ -1,4 +1,4 @@
-"""Command line: ``python -m gpucurate run|demo|sample-pairs|calibrate``; logs and progress to stderr."""
+"""Command line: ``python -m gpucurate run|demo|report|sample-pairs|calibrate``; logs, progress: stderr."""
 
 from __future__ import annotations
 
@@ -42,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--docs", type=int, default=3000, help="documents to generate (default 3000)")
     demo.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
     _add_run_options(demo)
+
+    rep = sub.add_parser("report", help="(re)write report.html of a finished run")
+    rep.add_argument("--run", required=True, metavar="DIR", help="output directory of a finished run")
+    rep.add_argument("-q", "--quiet", action="store_true")
+    rep.add_argument("-v", "--verbose", action="store_true")
 
     smp = sub.add_parser("sample-pairs", help="draw candidate pairs of a finished run for people to label")
     smp.add_argument("--run", required=True, metavar="DIR", help="output directory of a finished run")
@@ -168,6 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "calibrate":
             return run_calibrate(args)
+        if args.command == "report":
+            from .report import write_report
+            log.info("wrote %s", write_report(args.run))
+            return 0
         if args.command == "sample-pairs":
             from .review import sample_pairs
             sample = sample_pairs(args.run, args.n, args.seed)

@@ -104,6 +104,8 @@ def run(inputs: list[str] | str, output: str | os.PathLike, config: Config | str
         wall = time.perf_counter() - start
         summary = _summary(cfg, inputs, specs, report, result, timer, wall, backend.name, executor.description)
     write_json(summary, out / "summary.json")
+    from .report import write_report
+    write_report(out)
     return summary
 
 

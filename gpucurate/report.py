@@ -1,0 +1,157 @@
+"""``report.html``: a self-contained human report of a finished run (plots embedded as PNG).
+
+Sections: the funnel of documents per stage, cluster sizes, similarity histograms per method with the
+threshold marked, the largest clusters with sample texts, contamination hits, timings and parameters.
+Written by every run and by ``python -m gpucurate report --run DIR``; it reads only the output directory.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from .errors import InputError
+
+SAMPLE_CHARS = 300
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+    return f'<img alt="plot" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
+
+
+def _table(rows: list[dict], columns: list[str]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r.get(c)))}</td>" for c in columns) + "</tr>"
+                   for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:,.3f}" if abs(v) < 100 else f"{v:,.0f}"
+    if isinstance(v, (int, np.integer)):
+        return f"{int(v):,}"
+    return str(v)
+
+
+def _funnel(summary: dict) -> list[dict]:
+    st = summary["stages"]
+    rows = [{"stage": "input", "dropped": 0, "remaining": st["input"]["documents"]}]
+    for name, key in (("quality", "dropped"), ("exact", "duplicates"), ("fuzzy", "duplicates"),
+                      ("semantic", "duplicates"), ("contamination", "dropped"), ("paragraphs", "dropped")):
+        s = st.get(name, {})
+        if s.get("enabled", name in ("exact",)):
+            rows.append({"stage": name, "dropped": s.get(key, 0), "remaining": s.get("remaining")})
+    return rows
+
+
+def build_report(run_dir: str | Path) -> str:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    run = Path(run_dir)
+    if not (run / "summary.json").is_file():
+        raise InputError("not a finished gpucurate run (no summary.json)", str(run))
+    summary = json.loads((run / "summary.json").read_text())
+    cfg = summary["config"]
+    text_field = cfg["input"]["text_field"]
+    files = sorted((run / "annotations").glob("part-*.parquet"))
+    ann = pd.concat([pq.read_table(f, columns=["doc_id", "dedup_id", "cluster_size", "is_canonical",
+                                               "drop_stage"]).to_pandas() for f in files], ignore_index=True)
+    parts = [f"<h1>gpucurate run: {summary['documents_in']:,} documents, {summary['documents_kept']:,} kept</h1>",
+             f"<p>backend {html.escape(summary['backend'])}, {html.escape(summary['executor'])}, "
+             f"{summary['wall_time_s']:.1f} s wall ({summary['docs_per_s'] or 0:,.0f} docs/s)</p>",
+             "<h2>Documents per stage</h2>", _table(_funnel(summary), ["stage", "dropped", "remaining"])]
+
+    sizes = ann.loc[ann.is_canonical & (ann.cluster_size > 1), "cluster_size"].to_numpy()
+    parts.append("<h2>Cluster sizes</h2>")
+    if len(sizes):
+        fig, ax = plt.subplots(figsize=(6.5, 3.2), dpi=100)
+        ax.hist(sizes, bins=np.unique(np.geomspace(2, max(3, sizes.max() + 1), 30).astype(int)), color="#4c72b0")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("documents per cluster")
+        ax.set_ylabel("clusters")
+        fig.tight_layout()
+        parts.append(f"<p>{len(sizes):,} clusters of 2 or more documents; the largest has {sizes.max():,}.</p>"
+                     + _png(fig))
+    else:
+        parts.append("<p>No cluster has more than one document.</p>")
+
+    parts.append("<h2>Similarity of candidate pairs</h2>")
+    edges = pq.read_table(run / "edges.parquet").to_pandas() if (run / "edges.parquet").is_file() else pd.DataFrame()
+    thresholds = {"jaccard": cfg["fuzzy"]["threshold"], "minhash": cfg["fuzzy"]["threshold"],
+                  "simhash": 1 - cfg["fuzzy"]["simhash_max_distance"] / 64, "cosine": cfg["semantic"]["threshold"]}
+    if len(edges):
+        for method, group in edges.groupby("method"):
+            fig, ax = plt.subplots(figsize=(6.5, 3), dpi=100)
+            ax.hist(group.score, bins=50, color="#55a868")
+            ax.axvline(thresholds[method], color="red", ls="--", label=f"threshold {thresholds[method]:.3g}")
+            ax.set_xlabel(f"{method} score")
+            ax.set_ylabel("pairs")
+            ax.legend()
+            fig.tight_layout()
+            parts.append(f"<h3>{html.escape(method)}: {len(group):,} pairs, "
+                         f"{int(group.above_threshold.sum()):,} at or above the threshold</h3>" + _png(fig))
+    else:
+        parts.append("<p>No candidate pairs.</p>")
+
+    parts.append("<h2>Largest clusters</h2>")
+    top = ann[ann.is_canonical & (ann.cluster_size > 1)].nlargest(5, "cluster_size", keep="first")
+    if len(top):
+        wanted = set(top.doc_id)
+        members = ann[ann.dedup_id.isin(wanted) & ~ann.is_canonical].groupby("dedup_id").head(2)
+        wanted |= set(members.doc_id)
+        texts = {}
+        for f in files:
+            t = pq.read_table(f, columns=["doc_id", text_field]).to_pandas()
+            t = t[t.doc_id.isin(wanted)]
+            texts.update(zip(t.doc_id, t[text_field].fillna("")))
+        for row in top.itertuples():
+            sample = [("canonical", row.doc_id)] + [(m.drop_stage, m.doc_id) for m in
+                                                    members[members.dedup_id == row.doc_id].itertuples()]
+            items = "".join(f"<li><b>{html.escape(str(d))}</b> ({html.escape(str(s))}): "
+                            f"{html.escape(texts.get(d, '')[:SAMPLE_CHARS])}</li>" for s, d in sample)
+            parts.append(f"<h3>{html.escape(str(row.doc_id))}: {row.cluster_size:,} documents</h3><ul>{items}</ul>")
+    else:
+        parts.append("<p>None.</p>")
+
+    parts.append("<h2>Contamination</h2>")
+    if (run / "contamination_report.json").is_file():
+        rep = json.loads((run / "contamination_report.json").read_text())
+        for name, b in rep["benchmarks"].items():
+            parts.append(f"<h3>{html.escape(name)}: {b['items_found']:,} of {b['items']:,} items found in "
+                         f"{b['contaminated_documents']:,} documents</h3>")
+            parts.append(_table(b["hits"][:50], ["doc_id", "item_id", "matches", "matched_text"]))
+    else:
+        parts.append("<p>No benchmarks configured.</p>")
+
+    parts.append("<h2>Timings (s)</h2>" + _table([{"step": k, "seconds": v} for k, v in summary["timings_s"].items()],
+                                               ["step", "seconds"]))
+    parts.append("<h2>Parameters</h2><pre>" + html.escape(json.dumps(cfg, indent=2)) + "</pre>")
+    style = ("body{font-family:sans-serif;max-width:960px;margin:2em auto;color:#222}"
+             "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.2em .6em;"
+             "text-align:left;vertical-align:top}th{background:#eee}pre{background:#f6f6f6;padding:1em}"
+             "li{margin:.3em 0}img{max-width:100%}")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>gpucurate report</title>"
+            f"<style>{style}</style></head><body>{''.join(parts)}</body></html>")
+
+
+def write_report(run_dir: str | Path) -> Path:
+    path = Path(run_dir) / "report.html"
+    path.write_text(build_report(run_dir), encoding="utf-8")
+    return path

@@ -1,0 +1,61 @@
+"""report.html: written by every run, readable in a browser without a server."""
+
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import write_jsonl
+from gpucurate.cli import main
+from gpucurate.pipeline import run
+
+
+@pytest.fixture(scope="module")
+def report_run(tmp_path_factory, demo_frame):
+    tmp = tmp_path_factory.mktemp("report")
+    records = demo_frame.head(500).to_dict(orient="records")
+    item = {"q": "Which planet has the most moons in the solar system according to the latest count?",
+            "a": "Saturn has the most moons."}
+    records[3]["text"] = (records[3]["text"] or "") + " " + item["q"] + " " + item["a"]
+    bench = write_jsonl(tmp / "bench.jsonl", [item])
+    src = write_jsonl(tmp / "d.jsonl", records)
+    summary = run([str(src)], tmp / "out", overrides={"run.progress": False,
+                                                       "contamination.benchmarks": [f"mini={bench}:q,a"]})
+    return summary, tmp / "out"
+
+
+def test_report_sections(report_run):
+    summary, out = report_run
+    page = (out / "report.html").read_text()
+    assert page.startswith("<!doctype html>") and "</html>" in page
+    for heading in ("Documents per stage", "Cluster sizes", "Similarity of candidate pairs", "Largest clusters",
+                    "Contamination", "Timings (s)", "Parameters"):
+        assert f"<h2>{heading}</h2>" in page
+    assert f"{summary['documents_in']:,} documents, {summary['documents_kept']:,} kept" in page
+    assert page.count("data:image/png;base64,") >= 2  # cluster sizes + jaccard histogram
+    assert "mini: 1 of 1 items found in 1 documents" in page
+    assert "http://" not in page and "https://" not in page, "no external resources"
+
+
+def test_report_command_rewrites_it(report_run, tmp_path):
+    _, out = report_run
+    before = (out / "report.html").read_text()
+    (out / "report.html").unlink()
+    assert main(["report", "--run", str(out), "-q"]) == 0
+    assert (out / "report.html").read_text() == before
+    assert main(["report", "--run", str(tmp_path), "-q"]) == 1
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
+def test_report_renders_in_headless_chromium(report_run, tmp_path):
+    _, out = report_run
+    shot = tmp_path / "shot.png"
+    subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1000,2400", f"--screenshot={shot}",
+                    (out / "report.html").as_uri()], check=True, capture_output=True, timeout=120)
+    import matplotlib.image
+    pixels = matplotlib.image.imread(shot)
+    assert pixels.shape[0] >= 2000 and pixels.shape[1] >= 900
+    assert np.std(pixels) > 0.05, "the page is not blank"
