@@ -49,11 +49,12 @@ def _range_hash_kernel(words, starts, ends, seed, out):
 
 
 @cuda.jit
-def _fold_kernel(unit_hash, first_unit, length, seed, out):
-    """out[s] = fmix64(fold of unit_hash[first_unit[s] : first_unit[s] + length[s]] into seed)."""
+def _fold_kernel(unit_hash, first_unit, length, seeds, out):
+    """out[s] = fmix64(fold of unit_hash[first_unit[s] : first_unit[s] + length[s]] into seeds[s]):
+    shingle hashes (one seed for all) and contamination n-gram hashes (the seed holds the length)."""
     s = cuda.grid(1)
     if s < out.shape[0]:
-        h = seed
+        h = seeds[s]
         for t in range(first_unit[s], first_unit[s] + length[s]):
             h = fold(h, unit_hash[t])
         out[s] = fmix64(h)
@@ -196,8 +197,9 @@ def signatures(offsets: np.ndarray, data: np.ndarray, mode: int, k: int, seed: n
     sh_len = np.minimum(k, units[doc] - u).astype(np.int64)
     sh_hash = cuda.device_array(len(sh_first), dtype=np.uint64)
     if len(sh_first):
+        seeds = np.full(len(sh_first), U64(seed) ^ M2, dtype=np.uint64)
         _fold_kernel[_blocks(len(sh_first)), THREADS](unit_hash, cuda.to_device(sh_first), cuda.to_device(sh_len),
-                                                      U64(seed) ^ M2, sh_hash)
+                                                      cuda.to_device(seeds), sh_hash)
     sigs = cuda.device_array((n, P), dtype=np.uint32)
     _minhash_kernel[_blocks(n * P), THREADS](cuda.to_device(sh_offsets), sh_hash, cuda.to_device(perm_a),
                                              cuda.to_device(perm_b), sigs)
@@ -266,18 +268,8 @@ def ngram_hashes(offsets: np.ndarray, data: np.ndarray, words: np.ndarray, n: in
 def _ngram_fold(word_hash, first: np.ndarray, length: np.ndarray, out) -> None:
     """n-gram hash ``fmix64(fold(seed + m, word hashes))``: the fold kernel with a per-gram seed."""
     seeds = (U64(NGRAM_SEED) + length.astype(np.uint64))
-    _seeded_fold_kernel[_blocks(len(first)), THREADS](word_hash, cuda.to_device(first), cuda.to_device(length),
-                                                      cuda.to_device(seeds), out)
-
-
-@cuda.jit
-def _seeded_fold_kernel(unit_hash, first_unit, length, seeds, out):
-    s = cuda.grid(1)
-    if s < out.shape[0]:
-        h = seeds[s]
-        for t in range(first_unit[s], first_unit[s] + length[s]):
-            h = fold(h, unit_hash[t])
-        out[s] = fmix64(h)
+    _fold_kernel[_blocks(len(first)), THREADS](word_hash, cuda.to_device(first), cuda.to_device(length),
+                                               cuda.to_device(seeds), out)
 
 
 def ngram_matches(offsets: np.ndarray, data: np.ndarray, words: np.ndarray, lengths: np.ndarray,
