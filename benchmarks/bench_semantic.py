@@ -18,7 +18,6 @@ Corpus: both sentences of every pair of ``pan_paraphrase/pairs_<split>.tsv`` as 
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import sys
 import tempfile
@@ -32,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import SHARED_DATA, print_table, write_json  # noqa: E402
 
 import gpucurate  # noqa: E402
+from gpucurate.calibrate import PRESETS  # noqa: E402
+from gpucurate.calibrate import load_pairs as calibrate_pairs  # noqa: E402
 from gpucurate.encoder import Encoder, resolve_model_path  # noqa: E402
 from gpucurate.kernels import semantic as sk  # noqa: E402
 
@@ -40,9 +41,8 @@ def load_pairs(split: str) -> tuple[list[str], list[str], np.ndarray]:
     path = SHARED_DATA / "pan_paraphrase" / f"pairs_{split}.tsv"
     if not path.is_file():
         raise SystemExit(f"benchmark data not found: {path}")
-    with open(path, encoding="utf-8", newline="") as fh:
-        rows = list(csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
-    return [r[1] for r in rows], [r[2] for r in rows], np.array([int(r[0]) for r in rows])
+    pairs = calibrate_pairs(path, *PRESETS["pan"])
+    return pairs.a.tolist(), pairs.b.tolist(), pairs.label.to_numpy()
 
 
 def exhaustive_pairs(x: np.ndarray, threshold: float) -> set[tuple[int, int]]:

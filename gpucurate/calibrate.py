@@ -71,18 +71,6 @@ def _shingle_sets(texts: list[str], cfg: Config):
     return signatures(offsets, data, mode, cfg.fuzzy.ngram, np.uint64(cfg.fuzzy.seed & ((1 << 64) - 1)), a, b)
 
 
-def _simhash(offsets: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """64-bit SimHash of each set of shingle hashes (every shingle has weight 1)."""
-    n = len(offsets) - 1
-    out = np.zeros(n, np.uint64)
-    for bit in range(64):
-        ones = ((values >> np.uint64(bit)) & np.uint64(1)).astype(np.int64) * 2 - 1
-        sums = np.add.reduceat(ones, offsets[:-1]) if len(values) else np.zeros(n, np.int64)
-        sums = np.where(np.diff(offsets) > 0, sums, 0)
-        out |= (sums > 0).astype(np.uint64) << np.uint64(bit)
-    return out
-
-
 def similarities(a: list[str], b: list[str], method: str, cfg: Config) -> np.ndarray:
     """float64[n]: the similarity of each pair ``(a[i], b[i])`` under ``method``."""
     if method not in METHODS:
@@ -94,19 +82,14 @@ def similarities(a: list[str], b: list[str], method: str, cfg: Config) -> np.nda
         enc = Encoder(s.model, s.device or "cpu", s.max_tokens, s.batch_size, s.dtype)
         x = enc.encode(list(a) + list(b))
         return np.sum(x[:n] * x[n:], axis=1).astype(np.float64)
-    from .kernels import pairs
+    from .kernels import minhash, pairs
     sigs, offsets, values = _shingle_sets(list(a) + list(b), cfg)
     pi, pj = np.arange(n, dtype=np.int64), np.arange(n, 2 * n, dtype=np.int64)
     if method == "jaccard":
         return pairs.jaccard_pairs(offsets, values, pi, pj)
     if method == "minhash":
         return pairs.signature_agreement(sigs, pi, pj).astype(np.float64)
-    h = _simhash(offsets, values)
-    x = h[:n] ^ h[n:]
-    distance = np.zeros(n, np.int64)
-    for bit in range(64):
-        distance += ((x >> np.uint64(bit)) & np.uint64(1)).astype(np.int64)
-    return 1.0 - distance / 64.0
+    return minhash.hamming_similarity(minhash.simhash64(offsets, values), pi, pj)  # as fuzzy.method=simhash
 
 
 def sweep(scores: np.ndarray, labels: np.ndarray, thresholds: np.ndarray) -> pd.DataFrame:

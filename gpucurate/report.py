@@ -18,6 +18,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from .errors import InputError
+from .review import edge_thresholds, texts_of
 
 SAMPLE_CHARS = 300
 
@@ -94,8 +95,7 @@ def build_report(run_dir: str | Path) -> str:
 
     parts.append("<h2>Similarity of candidate pairs</h2>")
     edges = pq.read_table(run / "edges.parquet").to_pandas() if (run / "edges.parquet").is_file() else pd.DataFrame()
-    thresholds = {"jaccard": cfg["fuzzy"]["threshold"], "minhash": cfg["fuzzy"]["threshold"],
-                  "simhash": 1 - cfg["fuzzy"]["simhash_max_distance"] / 64, "cosine": cfg["semantic"]["threshold"]}
+    thresholds = edge_thresholds(cfg)
     if len(edges):
         for method, group in edges.groupby("method"):
             fig, ax = plt.subplots(figsize=(6.5, 3), dpi=100)
@@ -115,12 +115,7 @@ def build_report(run_dir: str | Path) -> str:
     if len(top):
         wanted = set(top.doc_id)
         members = ann[ann.dedup_id.isin(wanted) & ~ann.is_canonical].groupby("dedup_id").head(2)
-        wanted |= set(members.doc_id)
-        texts = {}
-        for f in files:
-            t = pq.read_table(f, columns=["doc_id", text_field]).to_pandas()
-            t = t[t.doc_id.isin(wanted)]
-            texts.update(zip(t.doc_id, t[text_field].fillna("")))
+        texts = texts_of(run, wanted | set(members.doc_id), text_field)
         for row in top.itertuples():
             sample = [("canonical", row.doc_id)] + [(m.drop_stage, m.doc_id) for m in
                                                     members[members.dedup_id == row.doc_id].itertuples()]

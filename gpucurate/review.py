@@ -38,6 +38,22 @@ def word_diff(a: str, b: str, limit: int = DIFF_CHARS) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+def edge_thresholds(cfg: dict) -> dict:
+    """The threshold each ``edges.parquet`` method was cut at, from a run's config."""
+    return {"jaccard": cfg["fuzzy"]["threshold"], "minhash": cfg["fuzzy"]["threshold"],
+            "simhash": 1 - cfg["fuzzy"]["simhash_max_distance"] / 64, "cosine": cfg["semantic"]["threshold"]}
+
+
+def texts_of(run: Path, doc_ids: set, text_field: str) -> dict:
+    """doc_id -> stored text of the given documents of a finished run (one column pass per part)."""
+    texts = {}
+    for f in sorted((run / "annotations").glob("part-*.parquet")):
+        t = pq.read_table(f, columns=["doc_id", text_field]).to_pandas()
+        t = t[t.doc_id.isin(doc_ids)]
+        texts.update(zip(t.doc_id, t[text_field].fillna("")))
+    return texts
+
+
 def sample_pairs(run_dir: str | Path, n: int = 300, seed: int = 0, bins: int = 8, spread: float = 0.15) -> pd.DataFrame:
     """``DataFrame[method, score, id_a, id_b, text_a, text_b, diff, label]`` of about ``n`` pairs."""
     run = Path(run_dir)
@@ -47,8 +63,7 @@ def sample_pairs(run_dir: str | Path, n: int = 300, seed: int = 0, bins: int = 8
     edges = pq.read_table(run / "edges.parquet").to_pandas()
     if edges.empty:
         raise InputError("the run has no candidate pairs to sample", str(run))
-    thresholds = {"jaccard": cfg["fuzzy"]["threshold"], "minhash": cfg["fuzzy"]["threshold"],
-                  "simhash": 1 - cfg["fuzzy"]["simhash_max_distance"] / 64, "cosine": cfg["semantic"]["threshold"]}
+    thresholds = edge_thresholds(cfg)
     rng = np.random.default_rng(seed)
     methods = sorted(edges.method.unique())
     picked = []
@@ -63,14 +78,7 @@ def sample_pairs(run_dir: str | Path, n: int = 300, seed: int = 0, bins: int = 8
             if len(rows):
                 picked.append(e.iloc[np.sort(rng.choice(rows, min(per_bin, len(rows)), replace=False))])
     sample = pd.concat(picked).head(n).reset_index(drop=True)
-    text_field = cfg["input"]["text_field"]
-    files = sorted((run / "annotations").glob("part-*.parquet"))
-    wanted = set(sample.id_a) | set(sample.id_b)
-    texts = {}
-    for f in files:
-        t = pq.read_table(f, columns=["doc_id", text_field]).to_pandas()
-        t = t[t.doc_id.isin(wanted)]
-        texts.update(zip(t.doc_id, t[text_field].fillna("")))
+    texts = texts_of(run, set(sample.id_a) | set(sample.id_b), cfg["input"]["text_field"])
     sample["text_a"] = [texts[i] for i in sample.id_a]
     sample["text_b"] = [texts[i] for i in sample.id_b]
     sample["diff"] = [word_diff(a, b) for a, b in zip(sample.text_a, sample.text_b)]

@@ -145,8 +145,8 @@ def text_hashes(offsets: np.ndarray, words: np.ndarray) -> np.ndarray:
 
 
 def _unit_spans(offsets: np.ndarray, data: np.ndarray, mode: int):
-    """Byte ranges of every unit (word or code point) of every non-empty text, in order, and the first
-    unit of each text."""
+    """Byte ranges of every unit (word or code point) of every non-empty text, in order, the first unit
+    of each text, its unit count, and ``unit_bounds``' cursor."""
     bounds, cursor = unit_bounds(offsets, data, mode)
     n = len(offsets) - 1
     lengths = np.diff(offsets)
@@ -171,7 +171,7 @@ def _unit_spans(offsets: np.ndarray, data: np.ndarray, mode: int):
         nxt = bounds[1:]
         is_last = np.arange(len(starts)) == first[doc + 1] - 1
         ends = np.where(is_last, offsets[doc + 1], nxt).astype(np.int64)
-    return starts, ends, first, units
+    return starts, ends, first, units, cursor
 
 
 def signatures(offsets: np.ndarray, data: np.ndarray, mode: int, k: int, seed: np.uint64, perm_a: np.ndarray,
@@ -185,10 +185,9 @@ def signatures(offsets: np.ndarray, data: np.ndarray, mode: int, k: int, seed: n
     offsets = offsets - offsets[0]
     data = data[:offsets[-1]]
     words_dev = cuda.to_device(padded_words(data))
-    starts, ends, first_unit, units = _unit_spans(offsets, data, mode)
+    starts, ends, first_unit, units, cursor = _unit_spans(offsets, data, mode)
     unit_hash = _range_hashes(words_dev, starts, ends, seed)
     # shingle s of text d starts at unit u; it has min(k, units - u) units
-    _, cursor = unit_bounds(offsets, data, mode)
     counts = shingle_counts(offsets, cursor, mode, k)
     sh_offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
     doc = np.repeat(np.arange(n), counts)
@@ -251,7 +250,7 @@ def jaccard_pairs(offsets: np.ndarray, values: np.ndarray, pi: np.ndarray, pj: n
 
 def ngram_hashes(offsets: np.ndarray, data: np.ndarray, words: np.ndarray, n: int):
     """Word n-gram hashes of normalized texts (``gates.ngram_hashes``)."""
-    starts, ends, first_unit, units = _unit_spans(offsets, data, WORD)
+    starts, ends, first_unit, units, _ = _unit_spans(offsets, data, WORD)
     word_hash = _range_hashes(cuda.to_device(words), starts, ends, NGRAM_SEED)
     m = np.where(units >= n, n, units)  # a text shorter than n is one n-gram of all its words
     grams = np.where(units > 0, units - m + 1, 0)
@@ -275,7 +274,7 @@ def _ngram_fold(word_hash, first: np.ndarray, length: np.ndarray, out) -> None:
 def ngram_matches(offsets: np.ndarray, data: np.ndarray, words: np.ndarray, lengths: np.ndarray,
                   table: np.ndarray):
     """Word m-grams (m in ``lengths``) found in the sorted ``table`` (``gates.ngram_matches``, same order)."""
-    starts, ends, first_unit, units = _unit_spans(offsets, data, WORD)
+    starts, ends, first_unit, units, _ = _unit_spans(offsets, data, WORD)
     word_hash = _range_hashes(cuda.to_device(words), starts, ends, NGRAM_SEED)
     found = []
     for li, m in enumerate(lengths.tolist()):
