@@ -1,10 +1,12 @@
-"""Command line: ``python -m gpucurate run|demo|report|sample-pairs|calibrate``; logs, progress: stderr."""
+"""Command line: ``python -m gpucurate run|demo|report|sample-pairs|calibrate|rethreshold``; logs, progress: stderr."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
+from pathlib import Path
 
 from .errors import GpucurateError
 
@@ -55,6 +57,15 @@ def build_parser() -> argparse.ArgumentParser:
     smp.add_argument("--out", default="review.csv", metavar="FILE", help="CSV to write (default review.csv)")
     smp.add_argument("-q", "--quiet", action="store_true")
     smp.add_argument("-v", "--verbose", action="store_true")
+
+    ret = sub.add_parser("rethreshold", help="apply new thresholds to a finished run from its stored edges")
+    ret.add_argument("--run", required=True, metavar="DIR", help="output directory of a finished run")
+    ret.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                     required=True, help="new value (repeatable): fuzzy.threshold, semantic.threshold, "
+                     "semantic.keep, canonical.policy, output.weight, output.soft_weight, fuzzy.simhash_max_distance")
+    ret.add_argument("--output", "-o", metavar="DIR", help="write a rethresholded copy here (default: in place)")
+    ret.add_argument("-q", "--quiet", action="store_true")
+    ret.add_argument("-v", "--verbose", action="store_true")
 
     cal = sub.add_parser("calibrate", help="choose a threshold from labelled pairs (precision/recall/F1 sweep)")
     cal.add_argument("--pairs", required=True, metavar="FILE", help="CSV, TSV or Parquet of labelled text pairs")
@@ -164,6 +175,28 @@ def print_summary(summary: dict, output: str) -> None:
                   f"skipped {len(summary['skipped'])} file(s)/row(s); output in {output}")
 
 
+def print_rethreshold(before: dict, after: dict, output: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    r = after["rethreshold"]
+    console = Console(stderr=True)
+    t = Table(title="rethreshold: " + ", ".join(f"{k} {r['previous'][k]} -> {v}" for k, v in r["changed"].items()))
+    for col in ("stage", "duplicates before", "duplicates after"):
+        t.add_column(col, justify="right" if col != "stage" else "left")
+    for stage in ("exact", "fuzzy", "semantic"):
+        if after["stages"][stage].get("enabled", True):
+            t.add_row(stage, f"{before['stages'][stage]['duplicates']:,}", f"{after['stages'][stage]['duplicates']:,}")
+    t.add_row("kept", f"{before['documents_kept']:,}", f"{after['documents_kept']:,}")
+    console.print(t)
+    console.print(f"{r['wall_time_s']:.2f} s, {r['time_ratio']:.1%} of the full run's "
+                  f"{r['full_run_wall_time_s']:.2f} s; "
+                  + ("same result as a full run at these settings" + (
+                      f" (with fuzzy.bands={r['lsh_of_equivalent_full_run']['fuzzy.bands']} "
+                      f"fuzzy.rows={r['lsh_of_equivalent_full_run']['fuzzy.rows']})"
+                      if r["lsh_of_equivalent_full_run"] else "") if r["exact"]
+                     else "NOT the same as a full run: " + "; ".join(r["notes"])) + f"; output in {output}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO
@@ -173,6 +206,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "calibrate":
             return run_calibrate(args)
+        if args.command == "rethreshold":
+            from .regroup import rethreshold
+            before = json.loads((Path(args.run) / "summary.json").read_text(encoding="utf-8")) \
+                if (Path(args.run) / "summary.json").is_file() else None
+            summary = rethreshold(args.run, args.overrides, args.output)
+            print_rethreshold(before, summary, args.output or args.run)
+            return 0
         if args.command == "report":
             from .report import write_report
             log.info("wrote %s", write_report(args.run))
@@ -186,7 +226,6 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         from .pipeline import run
         if args.command == "demo":
-            from pathlib import Path
             from .demo import write_demo_corpus
             # the demo owns DIR/input and DIR/result and rewrites both on every call
             out = Path(args.output)

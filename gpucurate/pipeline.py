@@ -22,6 +22,7 @@ from .backend import select
 from .config import Config, resolve_config
 from .executor import Executor, quiet_logs
 from .io.reader import ROW_BITS, plan_partitions, read_documents
+from .runindex import write_run_index
 from .io.writer import prepare_output, write_json, write_partition, write_table
 from .stages.contamination import ContaminationGate, ContaminationResult
 from .stages.exact import ExactDedup, ExactResult
@@ -101,6 +102,9 @@ def run(inputs: list[str] | str, output: str | os.PathLike, config: Config | str
                 write_embeddings(result.semantic, table, result.exact.hashes, out, cfg.output.compression)
             if result.contamination is not None:
                 write_json(result.contamination.report, out / "contamination_report.json")
+            write_run_index(result, out, collected_at={
+                "fuzzy": result.fuzzy.threshold if result.fuzzy is not None else None,
+                "semantic": cfg.semantic.threshold if result.semantic is not None else None})
         wall = time.perf_counter() - start
         summary = _summary(cfg, inputs, specs, report, result, timer, wall, backend.name, executor.description)
     write_json(summary, out / "summary.json")
@@ -198,15 +202,15 @@ def _jit_compiled() -> bool:
     return False
 
 
-def _summary(cfg, inputs, specs, report, result: DedupResult, timer, wall, backend, executor) -> dict:
+def stage_counts(cfg: Config, result: DedupResult, files: int, partitions: int) -> dict:
+    """``summary.json``'s ``stages``: documents in, dropped and remaining per stage, with each stage's stats."""
     table, exact, fuzzy, annotations = result.table, result.exact, result.fuzzy, result.annotations
     n = table.n
     keep = int(np.asarray(annotations.column("keep")).sum())
-    text_bytes = int(table.nbytes.sum())
     quality_dropped = int(result.quality.failed.sum()) if result.quality is not None else 0
     stages = {
-        "input": {"documents": n, "empty_texts": int(exact.empty.sum()), "files": len({s.path for s in specs}),
-                  "partitions": len(specs), "text_bytes": text_bytes},
+        "input": {"documents": n, "empty_texts": int(exact.empty.sum()), "files": files,
+                  "partitions": partitions, "text_bytes": int(table.nbytes.sum())},
         "quality": dict(result.quality.stats(), enabled=True, remaining=n - quality_dropped)
         if result.quality is not None else {"enabled": False, "dropped": 0, "remaining": n},
     }
@@ -232,6 +236,15 @@ def _summary(cfg, inputs, specs, report, result: DedupResult, timer, wall, backe
                                    "remaining": stages["semantic"]["remaining"]}
     stages["paragraphs"] = dict(result.paragraphs.stats, enabled=True, remaining=keep) \
         if result.paragraphs is not None else {"enabled": False, "dropped": 0}
+    return stages
+
+
+def _summary(cfg, inputs, specs, report, result: DedupResult, timer, wall, backend, executor) -> dict:
+    table, fuzzy = result.table, result.fuzzy
+    n = table.n
+    keep = int(np.asarray(result.annotations.column("keep")).sum())
+    text_bytes = int(table.nbytes.sum())
+    stages = stage_counts(cfg, result, len({s.path for s in specs}), len(specs))
     return {
         "gpucurate_version": __version__,
         "inputs": [str(i) for i in inputs],

@@ -87,7 +87,7 @@ def build_report(run_dir: str | Path) -> str:
         ax.set_yscale("log")
         ax.set_xlabel("documents per cluster")
         ax.set_ylabel("clusters")
-        fig.tight_layout()
+        fig.subplots_adjust(left=0.12, right=0.97, bottom=0.17, top=0.9)  # fixed: tight_layout costs 0.2 s a plot
         parts.append(f"<p>{len(sizes):,} clusters of 2 or more documents; the largest has {sizes.max():,}.</p>"
                      + _png(fig))
     else:
@@ -104,7 +104,7 @@ def build_report(run_dir: str | Path) -> str:
             ax.set_xlabel(f"{method} score")
             ax.set_ylabel("pairs")
             ax.legend()
-            fig.tight_layout()
+            fig.subplots_adjust(left=0.12, right=0.97, bottom=0.17, top=0.9)  # fixed: tight_layout costs 0.2 s a plot
             parts.append(f"<h3>{html.escape(method)}: {len(group):,} pairs, "
                          f"{int(group.above_threshold.sum()):,} at or above the threshold</h3>" + _png(fig))
     else:

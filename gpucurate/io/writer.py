@@ -19,7 +19,7 @@ ANNOTATIONS_DIR = "annotations"
 #: annotation column of byte ranges that write_partition turns into ``paragraph_text``
 PARAGRAPH_CUTS = "_paragraph_cuts"
 OUTPUT_ITEMS = (ANNOTATIONS_DIR, "aliases.parquet", "edges.parquet", "summary.json", "embeddings",
-                "contamination_report.json", "report.html")
+                "contamination_report.json", "report.html", "run_index.parquet")
 
 
 def prepare_output(path: str | Path, overwrite: bool) -> Path:

@@ -94,6 +94,27 @@ class FuzzyResult:
     bands: int
     rows_per_band: int
     stats: dict
+    boilerplate_hashes: np.ndarray | None = None  # uint64 sorted shingle hashes left out as boilerplate
+
+
+def remove_hashes(offsets: np.ndarray, values: np.ndarray, common: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The CSR shingle sets ``(offsets, values)`` without the hashes in ``common`` (sorted uint64)."""
+    pos = np.minimum(np.searchsorted(common, values), max(len(common) - 1, 0))
+    drop = common[pos] == values if len(common) else np.zeros(len(values), bool)
+    kept_before = np.concatenate(([0], np.cumsum(~drop)))
+    return kept_before[offsets].astype(np.int64), values[~drop]
+
+
+@dataclass
+class Sketches:
+    """What the fuzzy stage keeps per participant (index ``i`` = the i-th participant)."""
+    keys: np.ndarray  # uint64[m, bands] LSH bucket keys
+    csr_offsets: np.ndarray  # int64[m + 1] shingle sets (after boilerplate removal)
+    csr_values: np.ndarray  # uint64[...]
+    sigs: np.ndarray | None = None  # uint32[m, P] MinHash signatures (without verification)
+    simhashes: np.ndarray | None = None  # uint64[m] (fuzzy.method simhash)
+    boilerplate: np.ndarray | None = None  # sorted uint64 boilerplate hashes removed
+    boilerplate_stats: dict | None = None
 
 
 def _concat_csr(parts) -> tuple[np.ndarray, np.ndarray]:
@@ -129,38 +150,70 @@ class FuzzyDedup:
                            np.uint64(self.cfg.seed & ((1 << 64) - 1)), a, b, self.bands, self.rows_per_band,
                            keep_signatures=not self.cfg.verify)
 
-    def run(self, ddf, table: DocTable, participants: np.ndarray, executor: Executor) -> FuzzyResult:
+    def sketch(self, ddf, table: DocTable, participants: np.ndarray, executor: Executor) -> Sketches:
+        """Band keys and shingle sets of the ``participants`` (bool[n]) rows, in row order."""
         params = self.params()
         params.threads = executor.threads_per_task(ddf.npartitions)
-        pk = self.backend.pairs
         offs = table.part_offsets
         masks = [participants[offs[p]:offs[p + 1]] for p in range(len(offs) - 1)]
         tasks = [dask.delayed(signature_partition)(part, mask, params, self.backend)
                  for part, mask in zip(ddf.to_delayed(), masks)]
-        t0 = time.perf_counter()
         parts = executor.compute(tasks, "fuzzy: minhash")
+        keys = np.concatenate([p[0] for p in parts]) if parts else np.empty((0, self.bands), np.uint64)
+        csr_offsets, csr_values = _concat_csr(parts)
+        sigs = np.concatenate([p[3] for p in parts]) if params.keep_signatures else None
+        return self.finish_sketches(Sketches(keys, csr_offsets, csr_values, sigs), None, executor.workers)
+
+    def finish_sketches(self, sk: Sketches, boilerplate: np.ndarray | None, threads: int = 1) -> Sketches:
+        """Remove the ``boilerplate`` hashes (sorted uint64) when given, and key SimHash bands when that is
+        the method; ``boilerplate=None`` with ``fuzzy.boilerplate`` on finds them in ``sk`` itself."""
+        params = self.params()
+        if self.cfg.boilerplate:
+            if boilerplate is None:
+                sk.csr_offsets, sk.csr_values, sk.boilerplate, sk.boilerplate_stats = self._drop_boilerplate(
+                    sk.csr_offsets, sk.csr_values, len(sk.keys))
+            else:
+                sk.csr_offsets, sk.csr_values = remove_hashes(sk.csr_offsets, sk.csr_values, boilerplate)
+                sk.boilerplate = boilerplate
+            sk.sigs = self.backend.minhash.set_signatures(sk.csr_offsets, sk.csr_values, params.perm_a,
+                                                         params.perm_b, threads)
+            sk.keys = self.backend.minhash.band_keys(sk.sigs, self.bands, self.rows_per_band, params.seed)
+            if self.cfg.verify:
+                sk.sigs = None
+        if self.cfg.method == "simhash":  # bands of SimHash bits instead of MinHash bands
+            sk.simhashes = self.backend.minhash.simhash64(sk.csr_offsets, sk.csr_values)
+            sk.keys = self.backend.minhash.simhash_band_keys(sk.simhashes, self.bands, params.seed)
+        return sk
+
+    @property
+    def score_threshold(self) -> float:
+        """Edges need a score at least this (SimHash: ``1 - max_distance / 64``)."""
+        return 1.0 - self.cfg.simhash_max_distance / 64.0 if self.cfg.method == "simhash" else self.cfg.threshold
+
+    @property
+    def score_kind(self) -> str:
+        return "simhash" if self.cfg.method == "simhash" else "jaccard" if self.cfg.verify else "minhash"
+
+    def scores(self, sk: Sketches, pi: np.ndarray, pj: np.ndarray, executor: Executor | None = None) -> np.ndarray:
+        """float64[p] score of each pair of sketch indices (Jaccard, MinHash estimate or SimHash)."""
+        if sk.simhashes is not None:
+            return self.backend.minhash.hamming_similarity(sk.simhashes, pi, pj)
+        if self.cfg.verify:
+            if executor is None:
+                return self.backend.pairs.jaccard_pairs(sk.csr_offsets, sk.csr_values, pi, pj)
+            return self._parallel_jaccard(sk.csr_offsets, sk.csr_values, pi, pj, executor)
+        return self.backend.pairs.signature_agreement(sk.sigs, pi, pj)
+
+    def run(self, ddf, table: DocTable, participants: np.ndarray, executor: Executor) -> FuzzyResult:
+        pk = self.backend.pairs
+        t0 = time.perf_counter()
+        sk = self.sketch(ddf, table, participants, executor)
         steps = {"signatures": time.perf_counter() - t0}
         t0 = time.perf_counter()
         rows = np.flatnonzero(participants).astype(np.int64)
         m = len(rows)
-        keys = np.concatenate([p[0] for p in parts]) if parts else np.empty((0, self.bands), np.uint64)
-        csr_offsets, csr_values = _concat_csr(parts)
-        sigs = np.concatenate([p[3] for p in parts]) if params.keep_signatures else None
-        boilerplate = None
-        if self.cfg.boilerplate:
-            csr_offsets, csr_values, boilerplate = self._drop_boilerplate(csr_offsets, csr_values, m)
-            sigs = self.backend.minhash.set_signatures(csr_offsets, csr_values, params.perm_a, params.perm_b,
-                                                      executor.workers)
-            keys = self.backend.minhash.band_keys(sigs, self.bands, self.rows_per_band, params.seed)
-            steps["boilerplate"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-
-        simhashes = None
-        threshold = self.cfg.threshold
-        if self.cfg.method == "simhash":  # bands of SimHash bits instead of MinHash bands
-            simhashes = self.backend.minhash.simhash64(csr_offsets, csr_values)
-            keys = self.backend.minhash.simhash_band_keys(simhashes, self.bands, params.seed)
-            threshold = 1.0 - self.cfg.simhash_max_distance / 64.0
+        keys, csr_offsets = sk.keys, sk.csr_offsets
+        threshold = self.score_threshold
 
         # LSH: documents sharing any band key are candidates; documents with no shingle left (only
         # boilerplate) have no key to share
@@ -174,12 +227,7 @@ class FuzzyDedup:
         steps["lsh"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        if simhashes is not None:
-            scores = self.backend.minhash.hamming_similarity(simhashes, pi, pj)
-        elif self.cfg.verify:
-            scores = self._parallel_jaccard(csr_offsets, csr_values, pi, pj, executor)
-        else:
-            scores = pk.signature_agreement(sigs, pi, pj)
+        scores = self.scores(sk, pi, pj, executor)
         steps["verify"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         edge = scores >= threshold - 1e-12
@@ -189,30 +237,25 @@ class FuzzyDedup:
         similarity = np.ones(m, dtype=np.float64)
         members = np.flatnonzero(canon_local != np.arange(m))
         if len(members):
-            if simhashes is not None:
-                similarity[members] = self.backend.minhash.hamming_similarity(simhashes, members, canon_local[members])
-            elif self.cfg.verify:
-                similarity[members] = pk.jaccard_pairs(csr_offsets, csr_values, members, canon_local[members])
-            else:
-                similarity[members] = pk.signature_agreement(sigs, members, canon_local[members])
+            similarity[members] = self.scores(sk, members, canon_local[members])
         steps["cluster"] = time.perf_counter() - t0
-        kind = "simhash" if simhashes is not None else "jaccard" if self.cfg.verify else "minhash"
         stats = {"documents": int(m), "method": self.cfg.method, "bands": self.bands, "rows": self.rows_per_band,
                  "bucket_entries": int(keys.size), "candidate_pairs": int(len(pi)),
                  "edges": int(edge.sum()), "step_seconds": {k: round(v, 4) for k, v in steps.items()},
-                 "shingles": int(len(csr_values)),
+                 "shingles": int(len(sk.csr_values)),
                  "clusters": int(len(np.unique(labels[members]))) if len(members) else 0,
                  "duplicates": int(len(members))}
-        if boilerplate is not None:
-            stats["boilerplate"] = boilerplate
+        if sk.boilerplate_stats is not None:
+            stats["boilerplate"] = sk.boilerplate_stats
         return FuzzyResult(rows, rows[canon_local], similarity, rows[pi], rows[pj], scores,
-                           kind, threshold, self.bands, self.rows_per_band, stats)
+                           self.score_kind, threshold, self.bands, self.rows_per_band, stats, sk.boilerplate)
 
     def _drop_boilerplate(self, offsets: np.ndarray, values: np.ndarray, m: int):
         """Remove the shingles contained in more than ``boilerplate_max_df`` of the ``m`` documents.
 
         Each document's shingle hashes are distinct, so the run lengths of the sorted hashes are their
-        exact document frequencies. Returns the filtered CSR and the stats for summary.json.
+        exact document frequencies. Returns the filtered CSR, the sorted boilerplate hashes and the stats
+        for summary.json.
         """
         max_df = self.cfg.boilerplate_max_df
         cut = max_df * m if max_df < 1 else max_df
@@ -220,14 +263,11 @@ class FuzzyDedup:
         starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(ordered) else np.empty(0, np.int64)
         df = np.diff(np.r_[starts, len(ordered)])
         common = ordered[starts][df > cut]  # sorted
-        pos = np.minimum(np.searchsorted(common, values), max(len(common) - 1, 0))
-        drop = common[pos] == values if len(common) else np.zeros(len(values), bool)
-        kept_before = np.concatenate(([0], np.cumsum(~drop)))
-        new_offsets = kept_before[offsets]
+        new_offsets, new_values = remove_hashes(offsets, values, common)
         stats = {"max_df": max_df, "cut_documents": round(float(cut), 3), "boilerplate_shingles": int(len(common)),
-                 "shingles_removed": int(drop.sum()), "shingles_kept": int((~drop).sum()),
+                 "shingles_removed": int(len(values) - len(new_values)), "shingles_kept": int(len(new_values)),
                  "documents_left_without_shingles": int(((np.diff(new_offsets) == 0) & (np.diff(offsets) > 0)).sum())}
-        return new_offsets.astype(np.int64), values[~drop], stats
+        return new_offsets, new_values, common, stats
 
     def _parallel_jaccard(self, offsets, values, pi, pj, executor: Executor) -> np.ndarray:
         """Verify pairs in chunks on the local cores; chunks are cut where ``pi`` changes so each keeps

@@ -66,6 +66,7 @@ class SemanticResult:
     canon: np.ndarray  # int64[m] table row of the kept document each points to (itself when kept)
     similarity: np.ndarray  # float64[m] cosine to canon (1.0 when kept)
     cluster: np.ndarray  # int64[m] k-means cluster of each row
+    centroid_cos: np.ndarray  # float32[m] cosine to the nearest centroid (the nearest/farthest keep rules)
     edge_i: np.ndarray  # int64[e] table rows of pairs with cosine >= threshold in one cluster
     edge_j: np.ndarray
     edge_score: np.ndarray  # float64[e]
@@ -175,7 +176,8 @@ class SemanticDedup:
         t0 = time.perf_counter()
         pair_a, pair_b, scores, compared = self.backend.semantic.cluster_pairs(embeddings, labels, n_clusters,
                                                                               cfg.threshold, self.device)
-        canon, similarity = self._keep(pair_a, pair_b, scores, self._priority(table, rows, centroid_cos), rows)
+        priority = keep_priority(cfg.keep, self.policy, table, rows, centroid_cos)
+        canon, similarity = keep_rule(pair_a, pair_b, scores, priority, rows, self.backend.semantic.greedy_keep)
         steps["within_cluster"] = time.perf_counter() - t0
 
         m = len(rows)
@@ -191,7 +193,7 @@ class SemanticDedup:
         log.info("semantic: %d documents embedded (%d reused) in %d clusters, %d duplicates", m, reused,
                  n_clusters, duplicates)
         # pair_a < pair_b are point indices, so the edges' table rows are ascending too
-        return SemanticResult(rows, rows[canon], similarity, labels[:, 0], rows[pair_a], rows[pair_b],
+        return SemanticResult(rows, rows[canon], similarity, labels[:, 0], centroid_cos, rows[pair_a], rows[pair_b],
                               scores.astype(np.float64), embeddings, model, stats)
 
     def _covered(self, tokens, model_name: str) -> np.ndarray:
@@ -221,24 +223,6 @@ class SemanticDedup:
         labels, centroid_cos = self.backend.semantic.assign(embeddings, centroids, cfg.probes, self.device)
         return labels, centroid_cos, n_clusters
 
-    def _keep(self, pair_a, pair_b, scores, priority, rows):
-        """The keep rule over the compared pairs; returns ``(canon int64[m] point index of the kept point
-        each point points to, similarity float64[m] cosine to it)``."""
-        m = len(rows)
-        # number the points in keep-priority order; each edge goes from the later point to the earlier
-        order = np.lexsort((rows, priority))
-        position = np.empty(m, dtype=np.int64)
-        position[order] = np.arange(m)
-        later = np.maximum(position[pair_a], position[pair_b])
-        earlier = np.minimum(position[pair_a], position[pair_b])
-        by_later = np.lexsort((earlier, later))
-        canon_pos, score = self.backend.semantic.greedy_keep(m, later[by_later], earlier[by_later], scores[by_later])
-        canon = np.empty(m, dtype=np.int64)
-        canon[order] = order[canon_pos]
-        similarity = np.empty(m, dtype=np.float64)
-        similarity[order] = score
-        return canon, similarity
-
     def _embed(self, encoder: Encoder, model: dict, token_ids: list, text_hashes: np.ndarray):
         """Embeddings of the tokenized texts; those whose text hash is in ``semantic.reuse_embeddings``
         are reused. Returns ``(float32[m, dim], number reused)``."""
@@ -257,11 +241,31 @@ class SemanticDedup:
             out[missing] = encoder.encode_tokens([token_ids[r] for r in missing], self.progress)
         return out, len(token_ids) - len(missing)
 
-    def _priority(self, table: DocTable, rows: np.ndarray, centroid_cos: np.ndarray) -> np.ndarray:
-        """Sort key of ``semantic.keep`` (smaller is kept first; ties go to input order)."""
-        keep = self.cfg.keep
-        if keep == "nearest":
-            return -centroid_cos
-        if keep == "farthest":
-            return centroid_cos
-        return table.policy_key(self.policy if keep == "policy" else keep)[rows]
+
+def keep_priority(keep: str, policy: str, table: DocTable, rows: np.ndarray, centroid_cos: np.ndarray) -> np.ndarray:
+    """Sort key of ``semantic.keep`` for the embedded ``rows`` (smaller is kept first; ties go to input order)."""
+    if keep == "nearest":
+        return -centroid_cos
+    if keep == "farthest":
+        return centroid_cos
+    return table.policy_key(policy if keep == "policy" else keep)[rows]
+
+
+def keep_rule(pair_a, pair_b, scores, priority, rows, greedy_keep):
+    """The keep rule over the compared pairs (point indices ``pair_a``, ``pair_b`` with cosine ``scores``);
+    returns ``(canon int64[m] point index of the kept point each point points to, similarity float64[m]
+    cosine to it)``."""
+    m = len(rows)
+    # number the points in keep-priority order; each edge goes from the later point to the earlier
+    order = np.lexsort((rows, priority))
+    position = np.empty(m, dtype=np.int64)
+    position[order] = np.arange(m)
+    later = np.maximum(position[pair_a], position[pair_b])
+    earlier = np.minimum(position[pair_a], position[pair_b])
+    by_later = np.lexsort((earlier, later))
+    canon_pos, score = greedy_keep(m, later[by_later], earlier[by_later], scores[by_later])
+    canon = np.empty(m, dtype=np.int64)
+    canon[order] = order[canon_pos]
+    similarity = np.empty(m, dtype=np.float64)
+    similarity[order] = score
+    return canon, similarity

@@ -1,0 +1,328 @@
+"""Apply new thresholds (or canonical/keep/weight policies) to a finished run from its stored edges.
+
+Groups, canonicals and annotations are recomputed from ``edges.parquet`` (every candidate pair with
+its exact score) and ``run_index.parquet`` (the per-document results of the run); no signature or
+embedding is recomputed. A fuzzy similarity to a new canonical that no stored edge holds (a member
+joined through a chain) is recomputed from the two texts, as the full run does.
+
+The result equals a full run at the new settings when each new threshold is at or above the one the
+edges were collected at, and (semantic stage) the documents the semantic stage sees are unchanged;
+with MinHash the full run must use the same LSH bands x rows (``summary.json`` names them), since
+the bands chosen for a different threshold find slightly different candidates. Otherwise the
+summary says ``exact: false`` and why. Rolling back is rethresholding to the old value: the stored
+edges and their collection thresholds are never changed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .annotate import alias_table, annotate
+from .backend import select
+from .config import Config, load_config
+from .errors import ConfigError
+from .io.writer import ANNOTATIONS_DIR, write_json
+from .kernels.hashing import padded_words
+from .runindex import RUN_INDEX, RunIndex, load_run_index
+from .stages.fuzzy import FuzzyDedup, FuzzyResult, Sketches, signature_partition
+from .stages.semantic import SemanticResult, keep_priority, keep_rule
+from .table import canonicals
+from .text import arrow_buffers, normalize
+
+log = logging.getLogger("gpucurate")
+
+#: config keys a rethreshold may change; anything else needs a full run
+CHANGEABLE = ("fuzzy.threshold", "fuzzy.simhash_max_distance", "semantic.threshold", "semantic.keep",
+              "canonical.policy", "output.weight", "output.soft_weight")
+#: annotation columns a rethreshold rewrites; the gates' columns stay as written
+DEDUP_COLUMNS = ("dedup_id", "is_canonical", "keep", "drop_stage", "drop_reason", "similarity", "cluster_size",
+                 "weight", "exact_group", "fuzzy_group", "semantic_group")
+
+
+def _flat(d: dict) -> dict:
+    return {f"{section}.{key}": value for section, values in d.items() for key, value in values.items()}
+
+
+def _configs(summary: dict, overrides) -> tuple[Config, Config, list[str]]:
+    """(config of the run, new config, changed keys); a change outside CHANGEABLE is a ConfigError."""
+    old = load_config(None, _flat(summary["config"]))
+    new = load_config(None, overrides, base=old)
+    before, after = _flat(old.to_dict()), _flat(new.to_dict())
+    changed = [k for k in after if after[k] != before[k]]
+    fixed = [k for k in changed if k not in CHANGEABLE]
+    if fixed:
+        raise ConfigError(f"rethreshold cannot change {', '.join(fixed)} (only {', '.join(CHANGEABLE)}); "
+                          "run the pipeline again for that")
+    if old.paragraphs.enabled:
+        raise ConfigError("rethreshold does not support runs with paragraphs.enabled (which paragraphs are "
+                          "dropped depends on which documents are kept); run the pipeline again")
+    return old, new, changed
+
+
+def rethreshold(run_dir: str | os.PathLike, overrides: list[str] | dict,
+                output: str | os.PathLike | None = None) -> dict:
+    """Recompute groups, canonicals and annotations of a finished run at new settings.
+
+    Parameters
+    ----------
+    run_dir : output directory of a finished run (or of an earlier rethreshold).
+    overrides : ``["fuzzy.threshold=0.85", ...]`` or a dict; only the keys in ``CHANGEABLE``.
+    output : write the result here (a copy of the run with new annotations); default: rewrite
+        ``run_dir`` in place (each file replaced atomically).
+
+    Returns the new ``summary.json``, whose ``rethreshold`` entry says what changed, whether the
+    result equals a full run (``exact``) and the time ratio to the original full run.
+    """
+    from .pipeline import DedupResult, Timer, stage_counts
+    from .report import write_report
+    start = time.perf_counter()
+    run = Path(run_dir)
+    if not (run / "summary.json").is_file():
+        raise ConfigError(f"{run}: no summary.json (not a finished gpucurate run)")
+    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    old_cfg, cfg, changed = _configs(summary, overrides)
+    idx = load_run_index(run)
+    out = _prepare(run, Path(output) if output is not None else None)
+    timer = Timer()
+    notes: list[str] = []
+    backend = select("cpu")  # grouping and the few recomputed pairs: nothing worth a device
+    table, exact, n = idx.table, idx.exact, idx.table.n
+    rows = np.arange(n, dtype=np.int64)
+    eligible = ~idx.quality.failed if idx.quality is not None else np.ones(n, bool)
+    old_exact_canon = exact.canon.copy()
+    if cfg.canonical.policy != old_cfg.canonical.policy and old_cfg.exact.enabled:
+        r = np.flatnonzero(~exact.empty & eligible)
+        exact.canon = rows.copy()
+        exact.canon[r] = canonicals(exact.hashes[r], r, table.policy_key(cfg.canonical.policy)[r])
+    canonical = (exact.canon == rows) & ~exact.empty & eligible
+    with timer("read edges"):
+        edges = pq.read_table(run / "edges.parquet")
+        row_of = pd.Index(table.ids).get_indexer(edges.column("id_a").to_pandas()), \
+            pd.Index(table.ids).get_indexer(edges.column("id_b").to_pandas())
+        method = np.asarray(edges.column("method").to_pylist(), dtype=object)
+        score = edges.column("score").to_numpy()
+    if (row_of[0] < 0).any() or (row_of[1] < 0).any():
+        raise ConfigError(f"{run}: edges.parquet names documents the run index does not hold")
+    collected = idx.meta["collected_at"]
+    fuzzy = semantic = None
+    with timer("fuzzy"):
+        if summary["stages"]["fuzzy"].get("enabled"):
+            # participants: the exact canonicals of groups whose old canonical took part (same text)
+            participants = canonical & idx.fuzzy_participant[old_exact_canon]
+            sel = method != "cosine"
+            fuzzy = _fuzzy(run, idx, cfg, backend, participants, exact.canon[row_of[0][sel]],
+                           exact.canon[row_of[1][sel]], score[sel], summary["stages"]["fuzzy"], notes)
+            if fuzzy.threshold < collected["fuzzy"] - 1e-12:
+                notes.append(f"fuzzy threshold {fuzzy.threshold:g} is below {collected['fuzzy']:g}, where the "
+                             "edges were collected: pairs in between that LSH did not propose are missing")
+            canonical[fuzzy.rows[fuzzy.canon != fuzzy.rows]] = False
+    with timer("semantic"):
+        if summary["stages"]["semantic"].get("enabled"):
+            semantic = _semantic(idx, cfg, backend, canonical, row_of, method, score, summary["stages"]["semantic"])
+            if not np.array_equal(semantic.rows, np.flatnonzero(idx.semantic_participant)):
+                notes.append("the documents left for the semantic stage changed (a different fuzzy threshold or "
+                             "canonical policy): documents not embedded in the run are not compared, and a full "
+                             "run would cluster the new set (semantic.reuse_embeddings makes that cheap)")
+            if cfg.semantic.threshold < collected["semantic"] - 1e-12:
+                notes.append(f"semantic threshold {cfg.semantic.threshold:g} is below {collected['semantic']:g}, "
+                             "where the edges were collected: pairs in between are missing")
+    with timer("annotate"):
+        annotations = annotate(table, exact, fuzzy, cfg.output, semantic, idx.quality, idx.contamination)
+    if idx.contamination is not None:  # the gate's counts, with the drops that now fall to it
+        idx.contamination.stats.update({k: v for k, v in summary["stages"]["contamination"].items()
+                                        if k not in ("enabled", "remaining")})
+        idx.contamination.stats["dropped"] = int(pc.sum(pc.equal(annotations.column("drop_stage"),
+                                                                 "contamination")).as_py() or 0)
+    with timer("write"):
+        _rewrite_parts(run, out, annotations, table.part_offsets)
+        pq.write_table(alias_table(annotations), out / "aliases.parquet")
+        _rewrite_edges(edges, method, score, cfg, fuzzy, out)
+        _rewrite_run_index(run, out, exact.canon, fuzzy, n)
+    for note in notes:
+        log.warning("rethreshold: %s", note)
+    result = DedupResult(table, exact, fuzzy, semantic, idx.quality, idx.contamination, None, annotations)
+    wall = time.perf_counter() - start
+    previous = summary.get("rethreshold", {})
+    full_wall = previous.get("full_run_wall_time_s", summary["wall_time_s"])
+    keep = int(np.asarray(annotations.column("keep")).sum())
+    summary.update({
+        "documents_kept": keep, "documents_dropped": n - keep,
+        "stages": stage_counts(cfg, result, summary["stages"]["input"]["files"],
+                               summary["stages"]["input"]["partitions"]),
+        "config": cfg.to_dict(),
+        "rethreshold": {
+            "from_run": str(run), "changed": {k: _flat(cfg.to_dict())[k] for k in changed},
+            "previous": {k: _flat(old_cfg.to_dict())[k] for k in changed},
+            "edges_collected_at": collected, "exact": not notes, "notes": notes,
+            "lsh_of_equivalent_full_run": {"fuzzy.bands": fuzzy.bands, "fuzzy.rows": fuzzy.rows_per_band}
+            if fuzzy is not None and fuzzy.score_kind != "simhash" else None,
+            "wall_time_s": round(wall, 4), "timings_s": timer.times, "full_run_wall_time_s": full_wall,
+            "time_ratio": round(wall / full_wall, 4) if full_wall else None},
+    })
+    summary["stages"]["input"]["text_bytes"] = int(table.nbytes.sum())
+    write_json(summary, out / "summary.json")
+    write_report(out)
+    log.info("rethreshold: %d of %d documents kept in %.2f s (%.1f%% of the full run's %.2f s)", keep, n, wall,
+             100 * wall / full_wall if full_wall else float("nan"), full_wall)
+    return summary
+
+
+def _prepare(run: Path, output: Path | None) -> Path:
+    """The directory to write: ``run`` itself, or a fresh copy of everything but the annotations."""
+    if output is None or output.resolve() == run.resolve():
+        return run
+    if output.exists() and any(output.iterdir()):
+        raise ConfigError(f"{output}: output directory is not empty")
+    output.mkdir(parents=True, exist_ok=True)
+    (output / ANNOTATIONS_DIR).mkdir()
+    for item in run.iterdir():
+        if item.name == ANNOTATIONS_DIR:
+            continue
+        (shutil.copytree if item.is_dir() else shutil.copy2)(item, output / item.name)
+    return output
+
+
+def _fuzzy(run: Path, idx: RunIndex, cfg: Config, backend, participants: np.ndarray, edge_a: np.ndarray,
+           edge_b: np.ndarray, edge_score: np.ndarray, old_stats: dict, notes: list) -> FuzzyResult:
+    """Fuzzy clusters over the stored candidate pairs (table rows ``edge_a``, ``edge_b``)."""
+    meta = idx.meta["fuzzy"]
+    kind = meta["score_kind"]
+    threshold = 1.0 - cfg.fuzzy.simhash_max_distance / 64.0 if kind == "simhash" else cfg.fuzzy.threshold
+    rows = np.flatnonzero(participants).astype(np.int64)
+    m = len(rows)
+    local = np.full(idx.table.n, -1, np.int64)
+    local[rows] = np.arange(m)
+    li, lj = local[edge_a], local[edge_b]
+    if (li < 0).any() or (lj < 0).any():  # a bug or a tampered run directory
+        raise ConfigError(f"{run}: edges.parquet joins documents that did not take part in the fuzzy stage")
+    edge = edge_score >= threshold - 1e-12
+    labels = backend.pairs.components(m, li[edge], lj[edge])
+    key = idx.table.policy_key(cfg.canonical.policy)[rows]
+    canon_local = np.searchsorted(rows, canonicals(labels, rows, key))
+    similarity = np.ones(m, dtype=np.float64)
+    members = np.flatnonzero(canon_local != np.arange(m))
+    # a member's similarity to its canonical: the stored score of that pair, else from the two texts
+    lo, hi = np.minimum(li, lj), np.maximum(li, lj)
+    pair_key = lo * m + hi
+    order = np.argsort(pair_key, kind="stable")
+    want = np.minimum(members, canon_local[members]) * m + np.maximum(members, canon_local[members])
+    pos = np.minimum(np.searchsorted(pair_key[order], want), max(len(order) - 1, 0))
+    found = (pair_key[order][pos] == want) if len(order) else np.zeros(len(want), bool)
+    similarity[members[found]] = edge_score[order][pos[found]]
+    missing = members[~found]
+    if len(missing):
+        similarity[missing] = _scores_from_texts(run, idx, cfg, backend, rows[missing],
+                                                 rows[canon_local[missing]])
+    stats = {"documents": int(m), "method": cfg.fuzzy.method, "bands": meta["bands"], "rows": meta["rows"],
+             "candidate_pairs": int(len(edge_score)), "edges": int(edge.sum()),
+             "clusters": int(len(np.unique(labels[members]))) if len(members) else 0,
+             "duplicates": int(len(members)), "similarities_from_texts": int(len(missing))}
+    if "boilerplate" in old_stats:
+        stats["boilerplate"] = old_stats["boilerplate"]
+    hashes = meta.get("boilerplate_hashes")
+    return FuzzyResult(rows, rows[canon_local], similarity, rows[li], rows[lj], edge_score, kind, threshold,
+                       meta["bands"], meta["rows"], stats,
+                       np.asarray(hashes, np.uint64) if hashes is not None else None)
+
+
+def _scores_from_texts(run: Path, idx: RunIndex, cfg: Config, backend, ra: np.ndarray, rb: np.ndarray) -> np.ndarray:
+    """Fuzzy score of the pairs of table rows ``(ra, rb)`` computed from their texts in the records."""
+    need = np.unique(np.concatenate([ra, rb]))
+    texts = _read_texts(run, idx.table.part_offsets, cfg.input.text_field, need)
+    normalized = normalize(texts, cfg.normalize)
+    offsets, data = arrow_buffers(normalized)
+    if not np.array_equal(backend.minhash.text_hashes(offsets, padded_words(data)), idx.exact.hashes[need]):
+        raise ConfigError(f"{run}: the texts in {ANNOTATIONS_DIR}/ no longer match the run (changed since?)")
+    fuzzy = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, backend)
+    fuzzy.bands, fuzzy.rows_per_band = idx.meta["fuzzy"]["bands"], idx.meta["fuzzy"]["rows"]
+    frame = pd.DataFrame({"_text": pd.arrays.ArrowExtensionArray(normalized)})
+    sk = Sketches(*signature_partition(frame, np.ones(len(need), bool), fuzzy.params(), backend))
+    boilerplate = idx.meta["fuzzy"].get("boilerplate_hashes")
+    sk = fuzzy.finish_sketches(sk, np.asarray(boilerplate, np.uint64) if boilerplate is not None else None)
+    return fuzzy.scores(sk, np.searchsorted(need, ra), np.searchsorted(need, rb))
+
+
+def _read_texts(run: Path, part_offsets: np.ndarray, text_field: str, rows: np.ndarray) -> pa.Array:
+    """Original texts of the sorted table ``rows``, read from the annotated records."""
+    files = sorted((run / ANNOTATIONS_DIR).glob("part-*.parquet"))
+    if len(files) != len(part_offsets) - 1:
+        raise ConfigError(f"{run}: {len(files)} annotation files for {len(part_offsets) - 1} partitions")
+    out = []
+    part_of = np.searchsorted(part_offsets, rows, side="right") - 1
+    for p in np.unique(part_of):
+        local = rows[part_of == p] - part_offsets[p]
+        column = pq.read_table(files[p], columns=[text_field]).column(text_field)
+        out.append(column.take(pa.array(local)).combine_chunks().cast(pa.large_string()))
+    return pa.concat_arrays(out) if out else pa.array([], pa.large_string())
+
+
+def _semantic(idx: RunIndex, cfg: Config, backend, canonical: np.ndarray, row_of, method, score,
+              old_stats: dict) -> SemanticResult:
+    """The semantic keep rule over the stored cosine edges among the embedded documents still canonical."""
+    rows = np.flatnonzero(idx.semantic_participant & canonical).astype(np.int64)
+    local = np.full(idx.table.n, -1, np.int64)
+    local[rows] = np.arange(len(rows))
+    sel = method == "cosine"
+    a, b, s = local[row_of[0][sel]], local[row_of[1][sel]], score[sel]
+    use = (a >= 0) & (b >= 0) & (s >= cfg.semantic.threshold)
+    a, b, s = a[use], b[use], s[use]
+    centroid_cos = idx.semantic_centroid_cos[rows]
+    priority = keep_priority(cfg.semantic.keep, cfg.canonical.policy, idx.table, rows, centroid_cos)
+    canon, similarity = keep_rule(a, b, s, priority, rows, backend.semantic.greedy_keep)
+    duplicates = int((canon != np.arange(len(rows))).sum())
+    stats = dict({k: v for k, v in old_stats.items() if k not in ("enabled", "remaining", "step_seconds")},
+                 documents=int(len(rows)), edges=int(len(s)), duplicates=duplicates)
+    model = (idx.meta.get("semantic") or {}).get("model", {})
+    return SemanticResult(rows, rows[canon], similarity, idx.semantic_cluster[rows], centroid_cos, rows[a], rows[b],
+                          s, np.empty((0, 0), np.float32), model, stats)
+
+
+def _replace(path: Path, table: pa.Table) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)
+
+
+def _rewrite_parts(run: Path, out: Path, annotations: pa.Table, part_offsets: np.ndarray) -> None:
+    files = sorted((run / ANNOTATIONS_DIR).glob("part-*.parquet"))
+    if len(files) != len(part_offsets) - 1:
+        raise ConfigError(f"{run}: {len(files)} annotation files for {len(part_offsets) - 1} partitions")
+    for p, f in enumerate(files):
+        records = pq.read_table(f)
+        new = annotations.slice(part_offsets[p], part_offsets[p + 1] - part_offsets[p])
+        if records.num_rows != new.num_rows or not records.column("doc_id").equals(new.column("doc_id")):
+            raise ConfigError(f"{f}: its documents are not the ones the run index lists for partition {p}")
+        for name in DEDUP_COLUMNS:
+            records = records.set_column(records.schema.get_field_index(name), name, new.column(name))
+        _replace(out / ANNOTATIONS_DIR / f.name, records)
+
+
+def _rewrite_edges(edges: pa.Table, method: np.ndarray, score: np.ndarray, cfg: Config, fuzzy, out: Path) -> None:
+    """The same edges with ``above_threshold`` at the new thresholds."""
+    fuzzy_threshold = fuzzy.threshold if fuzzy is not None else cfg.fuzzy.threshold
+    above = np.where(method == "cosine", score >= cfg.semantic.threshold, score >= fuzzy_threshold - 1e-12)
+    _replace(out / "edges.parquet", edges.set_column(edges.schema.get_field_index("above_threshold"),
+                                                     "above_threshold", pa.array(above, pa.bool_())))
+
+
+def _rewrite_run_index(run: Path, out: Path, exact_canon: np.ndarray, fuzzy, n: int) -> None:
+    """The run index with the new exact canonicals and fuzzy participants; the rest (semantic
+    participants, collection thresholds) stays as the full run wrote it."""
+    t = pq.read_table(run / RUN_INDEX)
+    participant = np.zeros(n, bool)
+    if fuzzy is not None:
+        participant[fuzzy.rows] = True
+    for name, values in (("exact_canon", exact_canon), ("fuzzy_participant", participant)):
+        t = t.set_column(t.schema.get_field_index(name), name, pa.array(values))
+    _replace(out / RUN_INDEX, t)
