@@ -31,3 +31,12 @@ class InputError(GpucurateError):
             message = f"field '{field}': {message}"
         super().__init__(where + message)
         self.path, self.row, self.field, self.reason = path, row, field, message
+
+
+class SinkError(GpucurateError):
+    """A database sink (PostgreSQL/pgvector) cannot be reached, lacks what it needs, or rejected a write.
+
+    The message names the server as ``host:port/dbname``, never the password.
+    """
+
+    exit_code = 1
