@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from .errors import GpucurateError
+from .errors import ConfigError, GpucurateError
 
 log = logging.getLogger("gpucurate")
 
@@ -57,6 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
     smp.add_argument("--out", default="review.csv", metavar="FILE", help="CSV to write (default review.csv)")
     smp.add_argument("-q", "--quiet", action="store_true")
     smp.add_argument("-v", "--verbose", action="store_true")
+
+    ing = sub.add_parser("ingest", help="deduplicate a new batch against a persisted state and commit it")
+    ing.add_argument("--state", required=True, metavar="DIR", help="state directory (created by the first ingest)")
+    ing.add_argument("--input", "-i", nargs="+", required=True, metavar="PATH", help="the batch's files")
+    ing.add_argument("--output", "-o", metavar="DIR", help="also write the batch's annotated records here")
+    ing.add_argument("--sink", choices=["pgvector"], help="write canonicals, aliases and chunks to a database")
+    ing.add_argument("--dsn", help="PostgreSQL connection string of the pgvector sink")
+    _add_run_options(ing)
 
     ret = sub.add_parser("rethreshold", help="apply new thresholds to a finished run from its stored edges")
     ret.add_argument("--run", required=True, metavar="DIR", help="output directory of a finished run")
@@ -175,6 +183,42 @@ def print_summary(summary: dict, output: str) -> None:
                   f"skipped {len(summary['skipped'])} file(s)/row(s); output in {output}")
 
 
+def run_ingest(args) -> int:
+    from .ingest import ingest
+    if args.sink and not args.dsn:
+        raise ConfigError("--sink pgvector needs --dsn postgresql://...")
+    sink = None
+    if args.sink == "pgvector":
+        from .sinks.rag import RagSink
+        sink = RagSink(args.dsn)
+    try:
+        summary = ingest(args.input, args.state, config=args.config, overrides=_overrides(args), output=args.output,
+                         sink=sink)
+    finally:
+        if sink is not None:
+            sink.close()
+    print_ingest(summary, args.state)
+    return 0
+
+
+def print_ingest(summary: dict, state: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title=f"ingest batch {summary['batch']} into {state}")
+    t.add_column("", justify="left")
+    t.add_column("documents", justify="right")
+    rows = [("in", "documents_in"), ("already in the state", "already_present"), ("new canonicals", "new_canonicals"),
+            ("new aliases", "new_aliases"), ("dropped by gates", "new_dropped_by_gates"),
+            ("earlier canonicals now aliases", "canonicals_demoted"), ("embeddings computed", "embeddings_computed"),
+            ("embeddings saved", "embeddings_saved"), ("in the state", "state_documents"),
+            ("canonicals in the state", "state_canonicals")]
+    for label, key in rows:
+        t.add_row(label, f"{summary[key]:,}")
+    for key, value in (summary.get("sink") or {}).items():
+        t.add_row(f"sink: {key.replace('_', ' ')}", f"{value:,}" if isinstance(value, int) else str(value))
+    Console(stderr=True).print(t)
+
+
 def print_rethreshold(before: dict, after: dict, output: str) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -206,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "calibrate":
             return run_calibrate(args)
+        if args.command == "ingest":
+            return run_ingest(args)
         if args.command == "rethreshold":
             from .regroup import rethreshold
             before = json.loads((Path(args.run) / "summary.json").read_text(encoding="utf-8")) \

@@ -208,6 +208,25 @@ class ParagraphsConfig:
 
 
 @dataclass
+class ChunksConfig:
+    """Chunks of canonical documents for a RAG index (``ingest``/``export`` to pgvector): paragraphs packed
+    up to `max_tokens`, deduplicated across the corpus (exact, then fuzzy at `threshold`)."""
+
+    #: null -> on when the ingest writes to a sink
+    enabled: Optional[bool] = None
+    #: most tokens of a chunk (the encoder's tokenizer when the semantic extra is installed, else words)
+    max_tokens: int = 256
+    #: tokens repeated from the end of a chunk at the start of the next (paragraphs longer than a chunk)
+    overlap: int = 32
+    #: chunks with fewer normalized characters are not stored ("Best regards,")
+    min_chars: int = 20
+    #: word-shingle Jaccard at or above which two chunks are one (MinHash + LSH, verified)
+    threshold: float = 0.8
+    #: words per shingle of chunk dedup (chunks are short)
+    ngram: int = 3
+
+
+@dataclass
 class CanonicalConfig:
     """Which member of a cluster is kept as its canonical; ties go to input order."""
 
@@ -244,6 +263,7 @@ class Config:
     semantic: SemanticConfig = field(default_factory=SemanticConfig)
     contamination: ContaminationConfig = field(default_factory=ContaminationConfig)
     paragraphs: ParagraphsConfig = field(default_factory=ParagraphsConfig)
+    chunks: ChunksConfig = field(default_factory=ChunksConfig)
     canonical: CanonicalConfig = field(default_factory=CanonicalConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     run: RunConfig = field(default_factory=RunConfig)
@@ -305,6 +325,11 @@ class Config:
             raise ConfigError("input.partition_bytes must be >= 1024 and input.partition_rows >= 1")
         if self.run.workers is not None and self.run.workers < 1:
             raise ConfigError(f"run.workers must be >= 1, got {self.run.workers}")
+        ch = self.chunks
+        if ch.max_tokens < 8 or not 0 <= ch.overlap < ch.max_tokens // 2 or not 0.0 < ch.threshold <= 1.0 or \
+                ch.ngram < 1 or ch.min_chars < 0:
+            raise ConfigError("chunks.max_tokens must be >= 8, 0 <= overlap < max_tokens / 2, threshold in (0, 1], "
+                              "ngram >= 1, min_chars >= 0")
         if not 0.0 <= self.output.soft_weight <= 1.0:
             raise ConfigError(f"output.soft_weight must be in [0, 1], got {self.output.soft_weight}")
         return self

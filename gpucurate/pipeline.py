@@ -125,24 +125,44 @@ class DedupResult:
     annotations: object  # pa.Table of ANNOTATION_COLUMNS in table order
 
 
+@dataclass
+class Prepared:
+    """A read batch after the partition pass: normalized texts (persisted), the document table, the
+    quality results and the gates whose per-document work runs in the same pass."""
+    ddf: object
+    table: DocTable
+    quality: QualityResult | None
+    contamination_gate: ContaminationGate
+    paragraph_stage: ParagraphDedup
+
+
+def prepare(narrow_ddf, cfg: Config, executor: Executor, backend, describe=None) -> Prepared:
+    """The partition pass over a narrow Dask DataFrame (``io.reader.NARROW_META``): quality statistics,
+    contamination n-gram matches and paragraph spans of the raw text, then normalization."""
+    quality_gate = QualityGate(cfg.quality)
+    contamination_gate = ContaminationGate(cfg.contamination, backend)
+    threads = executor.threads_per_task(narrow_ddf.npartitions)
+    ddf = narrow_ddf
+    if quality_gate.rules:
+        ddf = quality_gate.run(ddf)
+    if contamination_gate.enabled:
+        ddf = contamination_gate.run(ddf)
+    paragraph_stage = ParagraphDedup(cfg.paragraphs, backend)
+    if cfg.paragraphs.enabled:
+        ddf = paragraph_stage.run(ddf)
+    ddf = executor.persist(Normalize(cfg.normalize).run(ddf, threads), "read+normalize")
+    table = DocTable.collect(ddf, executor, cfg.input.on_duplicate_id, describe)
+    quality = quality_gate.collect(ddf, executor) if quality_gate.rules else None
+    return Prepared(ddf, table, quality, contamination_gate, paragraph_stage)
+
+
 def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Timer, describe=None) -> DedupResult:
     """Gates and dedup stages over a narrow Dask DataFrame (``io.reader.NARROW_META``); each dedup stage
     sees only the canonicals of the one before, and documents that fail a quality rule take no part."""
-    quality_gate = QualityGate(cfg.quality)
-    contamination_gate = ContaminationGate(cfg.contamination, backend)
     with timer("read+normalize"):
-        threads = executor.threads_per_task(narrow_ddf.npartitions)
-        ddf = narrow_ddf
-        if quality_gate.rules:
-            ddf = quality_gate.run(ddf)
-        if contamination_gate.enabled:
-            ddf = contamination_gate.run(ddf)
-        paragraph_stage = ParagraphDedup(cfg.paragraphs, backend)
-        if cfg.paragraphs.enabled:
-            ddf = paragraph_stage.run(ddf)
-        ddf = executor.persist(Normalize(cfg.normalize).run(ddf, threads), "read+normalize")
-        table = DocTable.collect(ddf, executor, cfg.input.on_duplicate_id, describe)
-        quality = quality_gate.collect(ddf, executor) if quality_gate.rules else None
+        prep = prepare(narrow_ddf, cfg, executor, backend, describe)
+    ddf, table, quality = prep.ddf, prep.table, prep.quality
+    contamination_gate, paragraph_stage = prep.contamination_gate, prep.paragraph_stage
     eligible = ~quality.failed if quality is not None else np.ones(table.n, bool)
     with timer("exact"):
         exact = ExactDedup(cfg, backend).run(ddf, table, executor, eligible)

@@ -123,6 +123,36 @@ def cluster_pairs(x: np.ndarray, labels: np.ndarray, n_clusters: int, threshold:
     return key // n, key % n, score[first], compared
 
 
+def later_pairs(x: np.ndarray, start: int, threshold: float, device: str = "cpu"):
+    """Exhaustive search of the points ``start..n-1`` of ``x`` (float32[n, d] unit vectors) against every
+    earlier point: pairs ``(a < b)`` with ``b >= start`` and cosine at least ``threshold``, sorted by
+    ``(a, b)``. The incremental index's query: new embeddings against all stored ones and each other.
+
+    Returns ``(a int64[e], b int64[e], score float32[e])``.
+    """
+    import torch
+    n = len(x)
+    out_a, out_b, out_s = [], [], []
+    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(device)
+    step = max(1, BLOCK_ENTRIES // max(1, n))
+    with torch.inference_mode():
+        for s in range(start, n, step):
+            e = min(n, s + step)
+            sim = xt[s:e] @ xt[:e].T
+            rows = torch.arange(s, e, device=sim.device).unsqueeze(1)
+            cols = torch.arange(e, device=sim.device).unsqueeze(0)
+            r, c = torch.nonzero((sim >= threshold) & (cols < rows), as_tuple=True)
+            if len(r):
+                out_s.append(sim[r, c].cpu().numpy())
+                out_b.append(r.cpu().numpy() + s)
+                out_a.append(c.cpu().numpy())
+    if not out_a:
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32)
+    a, b, score = np.concatenate(out_a), np.concatenate(out_b), np.concatenate(out_s).astype(np.float32)
+    order = np.lexsort((b, a))
+    return a[order].astype(np.int64), b[order].astype(np.int64), score[order]
+
+
 @nb.njit(cache=True)
 def greedy_keep(n, ei, ej, es):
     """SemDeDup keep rule over points numbered in keep-priority order.

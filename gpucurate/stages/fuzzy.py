@@ -150,8 +150,10 @@ class FuzzyDedup:
                            np.uint64(self.cfg.seed & ((1 << 64) - 1)), a, b, self.bands, self.rows_per_band,
                            keep_signatures=not self.cfg.verify)
 
-    def sketch(self, ddf, table: DocTable, participants: np.ndarray, executor: Executor) -> Sketches:
-        """Band keys and shingle sets of the ``participants`` (bool[n]) rows, in row order."""
+    def sketch(self, ddf, table: DocTable, participants: np.ndarray, executor: Executor,
+               boilerplate: np.ndarray | None = None) -> Sketches:
+        """Band keys and shingle sets of the ``participants`` (bool[n]) rows, in row order; with
+        ``fuzzy.boilerplate`` the given boilerplate hashes are removed, or those of these rows when None."""
         params = self.params()
         params.threads = executor.threads_per_task(ddf.npartitions)
         offs = table.part_offsets
@@ -162,7 +164,7 @@ class FuzzyDedup:
         keys = np.concatenate([p[0] for p in parts]) if parts else np.empty((0, self.bands), np.uint64)
         csr_offsets, csr_values = _concat_csr(parts)
         sigs = np.concatenate([p[3] for p in parts]) if params.keep_signatures else None
-        return self.finish_sketches(Sketches(keys, csr_offsets, csr_values, sigs), None, executor.workers)
+        return self.finish_sketches(Sketches(keys, csr_offsets, csr_values, sigs), boilerplate, executor.workers)
 
     def finish_sketches(self, sk: Sketches, boilerplate: np.ndarray | None, threads: int = 1) -> Sketches:
         """Remove the ``boilerplate`` hashes (sorted uint64) when given, and key SimHash bands when that is

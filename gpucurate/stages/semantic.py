@@ -129,6 +129,16 @@ def write_embeddings(result: SemanticResult, table: DocTable, hashes: np.ndarray
     return shards
 
 
+@dataclass
+class Embedded:
+    rows: np.ndarray  # int64[m] table rows embedded (participants long enough and covered)
+    embeddings: np.ndarray  # float32[m, dim]
+    model: dict  # model_fingerprint
+    stats: dict
+    steps: dict
+    encoder: Encoder
+
+
 class SemanticDedup:
     """``run(ddf, table, participants, hashes, executor) -> SemanticResult``.
 
@@ -144,6 +154,36 @@ class SemanticDedup:
 
     def run(self, ddf, table: DocTable, participants: np.ndarray, hashes: np.ndarray,
             executor: Executor) -> SemanticResult:
+        cfg = self.cfg
+        emb = self.embed(ddf, table, participants, hashes, executor)
+        rows, embeddings, steps = emb.rows, emb.embeddings, emb.steps
+        t0 = time.perf_counter()
+        labels, centroid_cos, n_clusters = self._cluster(embeddings)
+        steps["kmeans"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        pair_a, pair_b, scores, compared = self.backend.semantic.cluster_pairs(embeddings, labels, n_clusters,
+                                                                              cfg.threshold, self.device)
+        priority = keep_priority(cfg.keep, self.policy, table, rows, centroid_cos)
+        canon, similarity = keep_rule(pair_a, pair_b, scores, priority, rows, self.backend.semantic.greedy_keep)
+        steps["within_cluster"] = time.perf_counter() - t0
+
+        m = len(rows)
+        duplicates = int((canon != np.arange(m)).sum())
+        stats = dict(emb.stats, clusters=int(n_clusters), probes=int(labels.shape[1]),
+                     largest_cluster=int(np.bincount(labels[:, 0]).max()) if m else 0, pairs_compared=int(compared),
+                     edges=int(len(scores)), duplicates=duplicates,
+                     step_seconds={k: round(v, 4) for k, v in steps.items()})
+        log.info("semantic: %d documents embedded (%d reused) in %d clusters, %d duplicates", m,
+                 emb.stats["embeddings_reused"], n_clusters, duplicates)
+        # pair_a < pair_b are point indices, so the edges' table rows are ascending too
+        return SemanticResult(rows, rows[canon], similarity, labels[:, 0], centroid_cos, rows[pair_a], rows[pair_b],
+                              scores.astype(np.float64), embeddings, emb.model, stats)
+
+    def embed(self, ddf, table: DocTable, participants: np.ndarray, hashes: np.ndarray,
+              executor: Executor, stored: dict | None = None) -> Embedded:
+        """Embeddings of the ``participants`` (bool[n]) rows long enough and covered by the vocabulary;
+        texts whose hash is in ``stored`` (text hash -> vector) or in ``semantic.reuse_embeddings`` are
+        not encoded again."""
         cfg = self.cfg
         steps: dict[str, float] = {}
         t0 = time.perf_counter()
@@ -167,34 +207,15 @@ class SemanticDedup:
         token_ids = [t for t, c in zip(tokens.ids, covered) if c]
         steps["tokenize"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        embeddings, reused = self._embed(encoder, model, token_ids, hashes[rows])
+        embeddings, reused = self._embed(encoder, model, token_ids, hashes[rows], stored)
         steps["embed"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        labels, centroid_cos, n_clusters = self._cluster(embeddings)
-        steps["kmeans"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        pair_a, pair_b, scores, compared = self.backend.semantic.cluster_pairs(embeddings, labels, n_clusters,
-                                                                              cfg.threshold, self.device)
-        priority = keep_priority(cfg.keep, self.policy, table, rows, centroid_cos)
-        canon, similarity = keep_rule(pair_a, pair_b, scores, priority, rows, self.backend.semantic.greedy_keep)
-        steps["within_cluster"] = time.perf_counter() - t0
-
         m = len(rows)
-        duplicates = int((canon != np.arange(m)).sum())
         encoded = m - reused
         stats = {"model": model["model"], "device": self.device, "documents": int(m), "too_short": too_short,
                  "outside_vocabulary": int((~covered).sum()), "embeddings_computed": int(encoded),
-                 "embeddings_reused": int(reused), "dim": encoder.dim, "clusters": int(n_clusters),
-                 "probes": int(labels.shape[1]), "largest_cluster": int(np.bincount(labels[:, 0]).max()) if m else 0,
-                 "pairs_compared": int(compared), "edges": int(len(scores)), "duplicates": duplicates,
-                 "embeddings_per_s": round(encoded / steps["embed"], 1) if encoded and steps["embed"] > 0 else None,
-                 "step_seconds": {s: round(v, 4) for s, v in steps.items()}}
-        log.info("semantic: %d documents embedded (%d reused) in %d clusters, %d duplicates", m, reused,
-                 n_clusters, duplicates)
-        # pair_a < pair_b are point indices, so the edges' table rows are ascending too
-        return SemanticResult(rows, rows[canon], similarity, labels[:, 0], centroid_cos, rows[pair_a], rows[pair_b],
-                              scores.astype(np.float64), embeddings, model, stats)
+                 "embeddings_reused": int(reused), "dim": encoder.dim,
+                 "embeddings_per_s": round(encoded / steps["embed"], 1) if encoded and steps["embed"] > 0 else None}
+        return Embedded(rows, embeddings, model, stats, steps, encoder)
 
     def _covered(self, tokens, model_name: str) -> np.ndarray:
         """bool[m]: texts the model's vocabulary covers (``max_unknown_fraction``, ``max_tokens_per_word``)."""
@@ -223,12 +244,13 @@ class SemanticDedup:
         labels, centroid_cos = self.backend.semantic.assign(embeddings, centroids, cfg.probes, self.device)
         return labels, centroid_cos, n_clusters
 
-    def _embed(self, encoder: Encoder, model: dict, token_ids: list, text_hashes: np.ndarray):
-        """Embeddings of the tokenized texts; those whose text hash is in ``semantic.reuse_embeddings``
-        are reused. Returns ``(float32[m, dim], number reused)``."""
-        if not self.cfg.reuse_embeddings:
+    def _embed(self, encoder: Encoder, model: dict, token_ids: list, text_hashes: np.ndarray, stored: dict | None):
+        """Embeddings of the tokenized texts; those whose text hash is in ``stored`` or in
+        ``semantic.reuse_embeddings`` are reused. Returns ``(float32[m, dim], number reused)``."""
+        if self.cfg.reuse_embeddings:
+            stored = {**load_embeddings(self.cfg.reuse_embeddings, model), **(stored or {})}
+        if not stored:
             return encoder.encode_tokens(token_ids, self.progress), 0
-        stored = load_embeddings(self.cfg.reuse_embeddings, model)
         out = np.empty((len(token_ids), encoder.dim), dtype=np.float32)
         missing = []
         for r, h in enumerate(text_hashes.tolist()):

