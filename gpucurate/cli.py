@@ -1,4 +1,5 @@
-"""Command line: ``python -m gpucurate run|demo|report|sample-pairs|calibrate|rethreshold``; logs, progress: stderr."""
+"""Command line: ``python -m gpucurate COMMAND`` (run, demo, report, sample-pairs, calibrate, rethreshold,
+ingest, export, search); logs, progress: stderr."""
 
 from __future__ import annotations
 
@@ -60,11 +61,36 @@ def build_parser() -> argparse.ArgumentParser:
 
     ing = sub.add_parser("ingest", help="deduplicate a new batch against a persisted state and commit it")
     ing.add_argument("--state", required=True, metavar="DIR", help="state directory (created by the first ingest)")
-    ing.add_argument("--input", "-i", nargs="+", required=True, metavar="PATH", help="the batch's files")
+    source = ing.add_mutually_exclusive_group(required=True)
+    source.add_argument("--input", "-i", nargs="+", metavar="PATH", help="the batch's files")
+    source.add_argument("--from-run", metavar="DIR", help="seed the state from a finished run's output")
     ing.add_argument("--output", "-o", metavar="DIR", help="also write the batch's annotated records here")
     ing.add_argument("--sink", choices=["pgvector"], help="write canonicals, aliases and chunks to a database")
     ing.add_argument("--dsn", help="PostgreSQL connection string of the pgvector sink")
+    ing.add_argument("--schema", default="public", help="PostgreSQL schema of the sink's tables (default public)")
     _add_run_options(ing)
+
+    exp = sub.add_parser("export", help="write a finished run to a database (pgvector)")
+    exp.add_argument("target", choices=["pgvector"])
+    exp.add_argument("--run", required=True, metavar="DIR", help="output directory of a finished run")
+    exp.add_argument("--dsn", required=True, help="PostgreSQL connection string")
+    exp.add_argument("--schema", default="public")
+    exp.add_argument("--state", metavar="DIR", help="keep the ingest state here (later batches can be ingested "
+                     "into it); default: a temporary one")
+    _add_run_options(exp)
+
+    sea = sub.add_parser("search", help="nearest canonical documents (or chunks) of a query in a pgvector sink")
+    sea.add_argument("query", help="query text")
+    sea.add_argument("--dsn", required=True, help="PostgreSQL connection string")
+    sea.add_argument("--schema", default="public")
+    sea.add_argument("-k", type=int, default=20, help="results (default 20)")
+    sea.add_argument("--chunks", action="store_true", help="search the deduplicated chunks instead of documents")
+    sea.add_argument("--state", metavar="DIR", help="take the encoder settings from this ingest state")
+    sea.add_argument("--config", help="YAML config whose semantic.model to use")
+    sea.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    sea.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    sea.add_argument("-q", "--quiet", action="store_true")
+    sea.add_argument("-v", "--verbose", action="store_true")
 
     ret = sub.add_parser("rethreshold", help="apply new thresholds to a finished run from its stored edges")
     ret.add_argument("--run", required=True, metavar="DIR", help="output directory of a finished run")
@@ -184,21 +210,79 @@ def print_summary(summary: dict, output: str) -> None:
 
 
 def run_ingest(args) -> int:
-    from .ingest import ingest
+    from .ingest import ingest, ingest_run
     if args.sink and not args.dsn:
         raise ConfigError("--sink pgvector needs --dsn postgresql://...")
     sink = None
     if args.sink == "pgvector":
-        from .sinks.rag import RagSink
-        sink = RagSink(args.dsn)
+        from .rag import RagSink
+        sink = RagSink(args.dsn, args.schema)
     try:
-        summary = ingest(args.input, args.state, config=args.config, overrides=_overrides(args), output=args.output,
-                         sink=sink)
+        if args.from_run:
+            summary = ingest_run(args.from_run, args.state, sink, _overrides(args))
+        else:
+            summary = ingest(args.input, args.state, config=args.config, overrides=_overrides(args),
+                             output=args.output, sink=sink)
     finally:
         if sink is not None:
             sink.close()
     print_ingest(summary, args.state)
     return 0
+
+
+def run_export(args) -> int:
+    import tempfile
+    from .ingest import ingest_run
+    from .rag import RagSink
+    sink = RagSink(args.dsn, args.schema)
+    try:
+        if args.state:
+            summary = ingest_run(args.run, args.state, sink, _overrides(args))
+        else:
+            with tempfile.TemporaryDirectory(prefix="gpucurate-export-") as tmp:
+                summary = ingest_run(args.run, tmp, sink, _overrides(args))
+    finally:
+        sink.close()
+    print_ingest(summary, args.state or "(temporary state)")
+    return 0
+
+
+def run_search(args) -> int:
+    import pandas as pd
+    from .config import load_config
+    from .rag import encoder_for
+    from .sinks.pgvector import PgvectorSink
+    cfg = load_config(args.config, args.overrides)
+    if args.state:
+        from .state import State
+        stored = State(args.state).config
+        if stored is None:
+            raise ConfigError(f"{args.state}: no committed ingest state")
+        cfg.semantic = load_config(None, {f"semantic.{k}": v for k, v in stored["semantic"].items()}).semantic
+    query = encoder_for(cfg, "cpu").encode([args.query])[0]
+    with PgvectorSink(args.dsn, schema=args.schema) as db:
+        found = db.search_chunks(query, args.k) if args.chunks else db.search(query, args.k)
+    if args.json:
+        print(found.to_json(orient="records", lines=True, date_format="iso", force_ascii=False))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title=f"{len(found)} nearest {'chunks' if args.chunks else 'canonical documents'}")
+    if args.chunks:
+        for col in ("chunk", "score", "used by", "text"):
+            t.add_column(col)
+        for r in found.itertuples():
+            t.add_row(str(r.chunk_id), f"{r.score:.3f}", f"{r.occurrences} ({', '.join(map(str, r.doc_ids[:3]))})",
+                      str(r.text)[:120])
+    else:
+        for col in ("document", "score", "aliases", "newest alias", "text"):
+            t.add_column(col)
+        for r in found.itertuples():
+            newest = "" if pd.isna(r.newest_alias_at) else f"{r.newest_alias_id} ({r.newest_alias_at:%Y-%m-%d})"
+            t.add_row(str(r.doc_id), f"{r.score:.3f}", str(r.alias_count), newest, str(r.text)[:120])
+    Console().print(t)
+    return 0
+
 
 
 def print_ingest(summary: dict, state: str) -> None:
@@ -252,6 +336,10 @@ def main(argv: list[str] | None = None) -> int:
             return run_calibrate(args)
         if args.command == "ingest":
             return run_ingest(args)
+        if args.command == "export":
+            return run_export(args)
+        if args.command == "search":
+            return run_search(args)
         if args.command == "rethreshold":
             from .regroup import rethreshold
             before = json.loads((Path(args.run) / "summary.json").read_text(encoding="utf-8")) \

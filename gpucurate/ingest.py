@@ -505,6 +505,8 @@ def batch_summary(batch: Batch, inputs: list[str]) -> dict:
         "documents_repointed": repointed,
         "embeddings_computed": int(sem.get("embeddings_computed", 0)),
         "embeddings_saved": saved if sem else 0,
+        "chunks_in": 0,
+        "unique_chunks": 0,
         "state_documents": int(n),
         "state_canonicals": int((is_canonical & keep).sum()),
         "stages": {k: batch.stats[k] for k in ("fuzzy", "semantic") if k in batch.stats},
@@ -547,8 +549,9 @@ def ingest(inputs: list[str] | str, state_dir: str | os.PathLike, config: Config
             summary = batch_summary(batch, inputs)
             if sink is not None:
                 with timer("sink"):
-                    summary["sink"] = sink.write_batch(batch, executor)
+                    summary["sink"] = sink.write_batch(state, batch, executor)
                 failpoint("sink-written")
+                _count_sink_embeddings(summary)
             if output is not None:
                 with timer("output"):
                     _write_output(batch, Path(output), executor)
@@ -565,12 +568,26 @@ def ingest(inputs: list[str] | str, state_dir: str | os.PathLike, config: Config
         return summary
 
 
+def _count_sink_embeddings(summary: dict) -> None:
+    """Add what the sink embedded (documents without a semantic embedding, unique chunks) and saved
+    (chunks that duplicate a stored one) to the batch's totals."""
+    sink = summary["sink"]
+    summary["embeddings_computed"] += sink.get("documents_embedded", 0) + sink.get("chunks_embedded", 0)
+    if not summary["stages"].get("semantic"):  # without the stage, the sink is what would embed every document
+        summary["embeddings_saved"] = int(sum(v for k, v in summary["new_aliases_by_stage"].items()
+                                              if k in ("exact", "fuzzy")))
+    summary["embeddings_saved"] += sink.get("chunk_embeddings_saved", 0)
+    summary["chunks_in"] = sink.get("chunks_in", 0)
+    summary["unique_chunks"] = sink.get("unique_new_chunks", 0)
+
+
 def _commit(state: State, batch: Batch, summary: dict, cfg: Config, timer) -> None:
     with timer("commit"):
         if batch.model:
             state.manifest["semantic_model"] = batch.model
         info = {k: summary[k] for k in ("inputs", "documents_in", "already_present", "new_documents",
-                                        "new_canonicals", "new_aliases", "embeddings_computed", "embeddings_saved")}
+                                        "new_canonicals", "new_aliases", "chunks_in", "unique_chunks",
+                                        "embeddings_computed", "embeddings_saved")}
         info["committed_at"] = pd.Timestamp.now(tz="UTC").isoformat()
         state.commit(batch.segment, registry_table(batch), info, cfg.to_dict(), batch.boilerplate)
 
@@ -589,3 +606,25 @@ def _write_output(batch: Batch, out: Path, executor: Executor) -> None:
     write_table(alias_table(batch.annotations.take(pa.array(rows))), out / "aliases.parquet", batch.cfg)
     write_json({"documents": int(len(rows))}, out / "summary.json")
 
+
+
+def ingest_run(run_dir: str | os.PathLike, state_dir: str | os.PathLike, sink=None,
+               overrides: list[str] | dict | None = None) -> dict:
+    """Seed a state (and a sink) from a finished run: its annotated records are ingested as one batch with
+    the run's config, reusing its embeddings. The hash-based groups are the run's; the semantic stage
+    searches exhaustively where the run searched within k-means clusters."""
+    import json
+    run = Path(run_dir)
+    if not (run / "summary.json").is_file():
+        raise ConfigError(f"{run}: no summary.json (not a finished gpucurate run)")
+    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    settings = _flat(summary["config"])
+    settings.update({"input.id_field": "doc_id", "input.on_duplicate_id": "error", "output.overwrite": False})
+    if (run / "embeddings").is_dir() and settings.get("semantic.enabled") is not False:
+        settings["semantic.reuse_embeddings"] = str(run)
+    if isinstance(overrides, dict):
+        settings.update(overrides)
+    cfg = load_config(None, settings)
+    if overrides and not isinstance(overrides, dict):
+        cfg = load_config(None, overrides, base=cfg)
+    return ingest([str(run / "annotations")], state_dir, config=cfg, sink=sink)

@@ -70,3 +70,38 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "realdata" in item.keywords:
                 item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def pg_dsn(tmp_path_factory):
+    """A PostgreSQL 16 + pgvector server on 127.0.0.1 for the session (tests/pg_server.py); skips without
+    pgserver/psycopg/pgvector, fails with the server log when they are installed but it does not start."""
+    from pg_server import PgServerError, PgServerUnavailable, start_postgres
+    try:
+        import pgvector.psycopg  # noqa: F401
+        import psycopg  # noqa: F401
+    except ImportError as exc:
+        pytest.skip(f"pgvector sink tests need psycopg 3 and pgvector (pip install -e '.[dev]'): {exc}")
+    failure = None
+    try:
+        dsn, stop = start_postgres(tmp_path_factory.mktemp("pg"))
+    except PgServerUnavailable as exc:
+        pytest.skip(f"no PostgreSQL for the pgvector sink tests: {exc}")
+    except PgServerError as exc:  # installed but broken: fail loudly, never skip
+        failure = str(exc)
+    if failure is not None:
+        pytest.fail(f"PostgreSQL test server did not start: {failure}", pytrace=False)
+    yield dsn
+    stop()
+
+
+@pytest.fixture
+def db(pg_dsn):
+    """A superuser autocommit connection for checking what the sink wrote."""
+    import psycopg
+    from pgvector.psycopg import register_vector
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("SET TIME ZONE 'UTC'")
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        register_vector(conn)  # embeddings come back as pgvector.Vector
+        yield conn

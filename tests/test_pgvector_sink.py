@@ -11,41 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pg_server import PgServerError, PgServerUnavailable, start_postgres
 
 UTC = dt.timezone.utc
-
-
-@pytest.fixture(scope="session")
-def pg_dsn(tmp_path_factory):
-    try:
-        import pgvector.psycopg  # noqa: F401
-        import psycopg  # noqa: F401
-    except ImportError as exc:
-        pytest.skip(f"pgvector sink tests need psycopg 3 and pgvector (pip install -e '.[dev]'): {exc}")
-    failure = None
-    try:
-        dsn, stop = start_postgres(tmp_path_factory.mktemp("pg"))
-    except PgServerUnavailable as exc:
-        pytest.skip(f"no PostgreSQL for the pgvector sink tests: {exc}")
-    except PgServerError as exc:  # installed but broken: fail loudly, never skip
-        failure = str(exc)
-    if failure is not None:
-        pytest.fail(f"PostgreSQL test server did not start: {failure}", pytrace=False)
-    yield dsn
-    stop()
-
-
-@pytest.fixture
-def db(pg_dsn):
-    """A superuser autocommit connection for checking what the sink wrote."""
-    import psycopg
-    from pgvector.psycopg import register_vector
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("SET TIME ZONE 'UTC'")
-        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        register_vector(conn)  # embeddings come back as pgvector.Vector
-        yield conn
 
 
 @pytest.fixture

@@ -35,6 +35,7 @@ stored with microsecond precision and returned in UTC.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any, Callable, Iterable
 
@@ -725,6 +726,71 @@ class PgvectorSink:
             WHERE d.doc_id = d2.doc_id AND d.cluster_size IS DISTINCT FROM 1 + COALESCE(a.n, 0)""").format(
             d=self._ident("documents"), a=self._ident("document_aliases"))
         self._transaction("refresh_cluster_sizes", conn, lambda: conn.execute(stmt))
+
+    @contextlib.contextmanager
+    def transaction(self, dim: int):
+        """One transaction around several calls (each becomes a savepoint inside it): a batch of
+        documents, aliases and chunks is committed whole or not at all."""
+        self.ensure_schema(dim)
+        conn = self._prepare()
+        psycopg, _ = _driver()
+        try:
+            with conn.transaction():
+                yield self
+        except psycopg.Error as exc:
+            raise self._err("the batch's transaction failed, nothing was written", exc) from exc
+
+    def repoint(self, moves: pd.DataFrame) -> int:
+        """Point documents at a new canonical: a stored canonical becomes an alias (its row moves from
+        ``documents`` to ``document_aliases`` with its metadata; its chunk links are removed), a stored
+        alias gets the new canonical. Columns: ``doc_id``, ``canonical_id``, ``stage``, ``similarity``."""
+        if len(moves) == 0:
+            return 0
+        conn = self._prepare()
+        from psycopg import sql
+        ids = [str(x) for x in moves["doc_id"]]
+        rows = list(zip(ids, [str(x) for x in moves["canonical_id"]], [str(x) for x in moves["stage"]],
+                        [float(x) for x in moves["similarity"]]))
+        d, a, dc = self._ident("documents"), self._ident("document_aliases"), self._ident("document_chunks")
+
+        def body():
+            conn.execute("CREATE TEMP TABLE gpucurate_moves (doc_id text, canonical_id text, stage text, "
+                         "similarity float8) ON COMMIT DROP")
+            with conn.cursor() as cur:
+                cur.executemany("INSERT INTO gpucurate_moves VALUES (%s, %s, %s, %s)", rows)
+            conn.execute(sql.SQL("""
+                INSERT INTO {a} (alias_id, canonical_id, stage, similarity, metadata, ingested_at)
+                SELECT d.doc_id, m.canonical_id, m.stage, m.similarity, d.metadata, d.first_seen
+                FROM {d} d JOIN gpucurate_moves m ON m.doc_id = d.doc_id
+                ON CONFLICT (alias_id) DO UPDATE SET canonical_id = EXCLUDED.canonical_id,
+                    stage = EXCLUDED.stage, similarity = EXCLUDED.similarity""").format(a=a, d=d))
+            conn.execute(sql.SQL("UPDATE {a} a SET canonical_id = m.canonical_id, stage = m.stage, "
+                                 "similarity = m.similarity FROM gpucurate_moves m WHERE a.alias_id = m.doc_id "
+                                 "AND (a.canonical_id, a.stage, a.similarity) IS DISTINCT FROM "
+                                 "(m.canonical_id, m.stage, m.similarity)").format(a=a))
+            conn.execute(sql.SQL("DELETE FROM {} WHERE doc_id = ANY(%s)").format(dc), (ids,))
+            conn.execute(sql.SQL("DELETE FROM {} WHERE doc_id = ANY(%s)").format(d), (ids,))
+            conn.execute("DROP TABLE gpucurate_moves")
+            return len(rows)
+        return self._transaction("repoint", conn, body)
+
+    def refresh_counts(self) -> None:
+        """``documents.cluster_size`` = 1 + its aliases, ``last_seen`` = the newest of its own and its
+        aliases' times, ``chunks.occurrences`` = the document positions that use the chunk."""
+        self.refresh_cluster_sizes()
+        conn = self._prepare()
+        from psycopg import sql
+        stmts = [sql.SQL("""
+            UPDATE {d} d SET last_seen = a.newest FROM
+                (SELECT canonical_id, max(ingested_at) AS newest FROM {a} GROUP BY canonical_id) a
+            WHERE a.canonical_id = d.doc_id AND a.newest > d.last_seen""").format(
+            d=self._ident("documents"), a=self._ident("document_aliases")),
+            sql.SQL("""
+            UPDATE {c} c SET occurrences = COALESCE(n.n, 0) FROM {c} c2 LEFT JOIN
+                (SELECT chunk_id, count(*) AS n FROM {dc} GROUP BY chunk_id) n ON n.chunk_id = c2.chunk_id
+            WHERE c.chunk_id = c2.chunk_id AND c.occurrences IS DISTINCT FROM COALESCE(n.n, 0)""").format(
+            c=self._ident("chunks"), dc=self._ident("document_chunks"))]
+        self._transaction("refresh_counts", conn, lambda: [conn.execute(st) for st in stmts])
 
     # -- reads --------------------------------------------------------------------------------------------
 

