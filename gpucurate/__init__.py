@@ -25,7 +25,7 @@ def rethreshold(*args, **kwargs):
     return _rethreshold(*args, **kwargs)
 
 
-rethreshold.__doc__ = "Apply new thresholds to a finished run from its stored edges; see gpucurate.regroup.rethreshold."
+rethreshold.__doc__ = "Apply new thresholds to a finished run from its stored edges; see gpucurate.regroup."
 
 
 def __getattr__(name):
@@ -35,6 +35,5 @@ def __getattr__(name):
     raise AttributeError(name)
 
 
-__all__ = ["run", "rethreshold", "read", "dedup", "exact_dedup", "fuzzy_dedup", "semantic_dedup", "Config", "load_config",
-           "GpucurateError",
-           "ConfigError", "InputError", "__version__"]
+__all__ = ["run", "rethreshold", "read", "dedup", "exact_dedup", "fuzzy_dedup", "semantic_dedup", "Config",
+           "load_config", "GpucurateError", "ConfigError", "InputError", "__version__"]

@@ -32,11 +32,12 @@ from .errors import ConfigError, InputError
 from .executor import Executor, quiet_logs
 from .io.reader import plan_partitions, read_documents
 from .stages.contamination import ContaminationResult
-from .stages.exact import ExactDedup, ExactResult
+from .stages.exact import ExactDedup, ExactResult, exact_canonicals
 from .stages.fuzzy import FuzzyDedup, FuzzyResult, Sketches
 from .stages.quality import QualityResult
 from .stages.semantic import SemanticDedup, SemanticResult, keep_priority, keep_rule, semantic_enabled
-from .state import Segment, State, StateLock, failpoint
+from .failpoints import failpoint
+from .state import Segment, State, StateLock
 from .table import DocTable, canonicals
 
 log = logging.getLogger("gpucurate")
@@ -306,10 +307,7 @@ def compute_batch(state: State, cfg: Config, inputs: list[str], executor: Execut
     eligible = docs["quality_rule"].to_numpy() < 0
     rows = np.arange(n, dtype=np.int64)
     policy_key = table.policy_key(cfg.canonical.policy)
-    exact_canon = rows.copy()
-    if cfg.exact.enabled:
-        r = np.flatnonzero(~empty & eligible)
-        exact_canon[r] = canonicals(hashes[r], r, policy_key[r])
+    exact_canon = exact_canonicals(hashes, empty, eligible, policy_key, cfg.exact.enabled)
     exact = ExactResult(hashes, empty, exact_canon, docs["words"].to_numpy(np.int64), docs["chars"].to_numpy(np.int64))
     canonical = (exact_canon == rows) & ~empty & eligible
     segment = Segment(pa.Table.from_pandas(docs.iloc[union.n_old:], preserve_index=False))
@@ -516,7 +514,7 @@ def batch_summary(batch: Batch, inputs: list[str]) -> dict:
 
 def ingest(inputs: list[str] | str, state_dir: str | os.PathLike, config: Config | str | None = None,
            overrides: list[str] | dict | None = None, output: str | os.PathLike | None = None,
-           sink=None) -> dict:
+           sink=None, batch_only: dict | None = None) -> dict:
     """Deduplicate ``inputs`` against the state in ``state_dir`` and against themselves, then commit.
 
     Parameters
@@ -525,8 +523,10 @@ def ingest(inputs: list[str] | str, state_dir: str | os.PathLike, config: Config
     state_dir : the state directory (created on the first ingest, which fixes the config).
     config, overrides : as for ``run``; for an existing state only keys outside ``FIXED_KEYS`` may change.
     output : also write the batch's annotated records, aliases and summary there (optional).
-    sink : a ``sinks.Sink`` written before the state commits (so a crash in between is repaired by
+    sink : a ``rag.RagSink`` written before the state commits (so a crash in between is repaired by
         re-running the batch: the sink's writes are idempotent upserts).
+    batch_only : ``{"section.key": value}`` settings for this batch that the state does not keep (how
+        to read a run's records when seeding from it).
 
     Returns the batch summary; its counts are also kept in the state's manifest.
     """
@@ -541,10 +541,11 @@ def ingest(inputs: list[str] | str, state_dir: str | os.PathLike, config: Config
         state = State(root)
         state.remove_leftovers()
         cfg = resolve_ingest_config(state, config, overrides)
+        batch_cfg = load_config(None, batch_only, base=cfg) if batch_only else cfg
         backend = select(cfg.run.backend)
         with quiet_logs(), Executor(cfg.run.scheduler, cfg.run.workers, cfg.run.progress,
                                     gpus=backend.name == "gpu") as executor:
-            batch = compute_batch(state, cfg, inputs, executor, backend, timer)
+            batch = compute_batch(state, batch_cfg, inputs, executor, backend, timer)
             failpoint("computed")
             summary = batch_summary(batch, inputs)
             if sink is not None:
@@ -618,13 +619,9 @@ def ingest_run(run_dir: str | os.PathLike, state_dir: str | os.PathLike, sink=No
     if not (run / "summary.json").is_file():
         raise ConfigError(f"{run}: no summary.json (not a finished gpucurate run)")
     summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
-    settings = _flat(summary["config"])
-    settings.update({"input.id_field": "doc_id", "input.on_duplicate_id": "error", "output.overwrite": False})
-    if (run / "embeddings").is_dir() and settings.get("semantic.enabled") is not False:
-        settings["semantic.reuse_embeddings"] = str(run)
-    if isinstance(overrides, dict):
-        settings.update(overrides)
-    cfg = load_config(None, settings)
-    if overrides and not isinstance(overrides, dict):
-        cfg = load_config(None, overrides, base=cfg)
-    return ingest([str(run / "annotations")], state_dir, config=cfg, sink=sink)
+    cfg = load_config(None, overrides, base=load_config(None, _flat(summary["config"])))
+    # how to read the run's records; later batches are read with the run's own input settings
+    batch_only = {"input.id_field": "doc_id", "input.on_duplicate_id": "error"}
+    if (run / "embeddings").is_dir():
+        batch_only["semantic.reuse_embeddings"] = str(run)
+    return ingest([str(run / "annotations")], state_dir, config=cfg, sink=sink, batch_only=batch_only)

@@ -87,8 +87,8 @@ def _times(docs: pd.DataFrame, rows: np.ndarray) -> pd.Series:
 def build_payload(state, batch, executor) -> RagPayload:
     """The sink's rows for one ingest, and the chunk index pieces to commit with it."""
     cfg, u, ann = batch.cfg, batch.union, batch.annotations
-    backend_device = "cpu" if batch.semantic is None else (cfg.semantic.device or "cpu")
-    encoder = encoder_for(cfg, backend_device)
+    from .backend import select
+    encoder = encoder_for(cfg, select(cfg.run.backend).torch_device)
     n_old, n = u.n_old, u.table.n
     new = np.arange(n_old, n)
     ids = pd.Series(u.table.ids).astype(str).to_numpy()

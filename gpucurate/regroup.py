@@ -35,6 +35,7 @@ from .errors import ConfigError
 from .io.writer import ANNOTATIONS_DIR, write_json
 from .kernels.hashing import padded_words
 from .runindex import RUN_INDEX, RunIndex, load_run_index
+from .stages.exact import exact_canonicals
 from .stages.fuzzy import FuzzyDedup, FuzzyResult, Sketches, signature_partition
 from .stages.semantic import SemanticResult, keep_priority, keep_rule
 from .table import canonicals
@@ -101,10 +102,9 @@ def rethreshold(run_dir: str | os.PathLike, overrides: list[str] | dict,
     rows = np.arange(n, dtype=np.int64)
     eligible = ~idx.quality.failed if idx.quality is not None else np.ones(n, bool)
     old_exact_canon = exact.canon.copy()
-    if cfg.canonical.policy != old_cfg.canonical.policy and old_cfg.exact.enabled:
-        r = np.flatnonzero(~exact.empty & eligible)
-        exact.canon = rows.copy()
-        exact.canon[r] = canonicals(exact.hashes[r], r, table.policy_key(cfg.canonical.policy)[r])
+    if cfg.canonical.policy != old_cfg.canonical.policy:
+        exact.canon = exact_canonicals(exact.hashes, exact.empty, eligible, table.policy_key(cfg.canonical.policy),
+                                       old_cfg.exact.enabled)
     canonical = (exact.canon == rows) & ~exact.empty & eligible
     with timer("read edges"):
         edges = pq.read_table(run / "edges.parquet")

@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import ConfigError, GpucurateError
+from .failpoints import failpoint
 
 log = logging.getLogger("gpucurate")
 
@@ -48,14 +49,6 @@ MANIFEST = "MANIFEST.json"
 
 class StateLockedError(GpucurateError):
     exit_code = 4
-
-
-def failpoint(name: str) -> None:
-    """Crash here (SIGKILL, like a power cut) when ``GPUCURATE_FAILPOINT`` names this point: how the
-    crash-safety tests stop an ingest between its steps."""
-    if os.environ.get("GPUCURATE_FAILPOINT") == name:
-        import signal
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -159,6 +152,8 @@ class State:
         tables = [pq.read_table(self.root / s / "documents.parquet") for s in self.manifest["segments"]]
         if not tables:
             return None
+        if len({t.schema.field("doc_id").type for t in tables}) > 1:  # int ids first, strings later: all strings
+            tables = [t.set_column(0, "doc_id", t.column("doc_id").cast(pa.string())) for t in tables]
         return pa.concat_tables(tables, promote_options="permissive")
 
     def arrays(self, stem: str) -> list[dict]:

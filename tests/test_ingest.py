@@ -168,3 +168,14 @@ def test_semantic_ingest_embeds_only_new_canonicals(tmp_path):
     full = read_annotations(tmp_path / "full").set_index("doc_id")
     assert (reg.loc[full.index, "dedup_id"].to_numpy() == full.dedup_id.to_numpy()).all()
     np.testing.assert_allclose(reg.loc[full.index, "similarity"], full.similarity, atol=1e-5)
+
+
+def test_a_full_run_seeds_the_state(tmp_path, batches):
+    """ingest --from-run RUN(A), then ingest B: the clusters of one run over A+B."""
+    run(batches, tmp_path / "full", overrides=Q)
+    run(batches[:2], tmp_path / "first", overrides=Q)
+    assert main(["ingest", "--state", str(tmp_path / "state"), "--from-run", str(tmp_path / "first"), "-q",
+                 "--no-progress"]) == 0
+    s = ingest([batches[2]], tmp_path / "state", overrides=Q)  # read with the run's own input settings
+    assert s["new_documents"] == 400 and s["already_present"] == 0
+    assert_same_as_full_run(tmp_path / "state", tmp_path / "full")

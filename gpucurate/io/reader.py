@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 
 from ..config import InputConfig
 from ..errors import InputError
+from ..failpoints import failpoint
 from ..kernels.text import nonblank_lines
 
 ROW_BITS = 40
@@ -501,6 +502,7 @@ def load_narrow(spec: PartitionSpec, cfg: InputConfig) -> pd.DataFrame:
 
     ``attrs`` carries ``skipped`` rows and the ``replaced_utf8`` count for the summary.
     """
+    failpoint(f"read-partition-{spec.index}")
     part = load_partition(spec, cfg)
     n = part.table.num_rows
     if n == 0:

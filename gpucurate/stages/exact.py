@@ -57,8 +57,18 @@ class ExactDedup:
         parts = executor.compute([dask.delayed(text_hash_partition)(p, self.backend) for p in ddf.to_delayed()],
                                  "exact: hash")
         hashes, empty, words, chars = (np.concatenate([p[k] for p in parts]) for k in range(4))
-        canon = np.arange(table.n, dtype=np.int64)
-        if self.cfg.exact.enabled:
-            rows = np.flatnonzero(~empty if eligible is None else ~empty & eligible)
-            canon[rows] = canonicals(hashes[rows], rows, table.policy_key(self.cfg.canonical.policy)[rows])
+        eligible = np.ones(table.n, bool) if eligible is None else eligible
+        canon = exact_canonicals(hashes, empty, eligible, table.policy_key(self.cfg.canonical.policy),
+                                 self.cfg.exact.enabled)
         return ExactResult(hashes, empty, canon, words, chars)
+
+
+def exact_canonicals(hashes: np.ndarray, empty: np.ndarray, eligible: np.ndarray, key: np.ndarray,
+                     enabled: bool = True) -> np.ndarray:
+    """int64[n] row of each document's exact canonical: rows with equal ``hashes`` among the non-empty
+    ``eligible`` ones form a group whose canonical has the smallest ``key`` (then row); others are their own."""
+    canon = np.arange(len(hashes), dtype=np.int64)
+    if enabled:
+        rows = np.flatnonzero(~empty & eligible)
+        canon[rows] = canonicals(hashes[rows], rows, key[rows])
+    return canon
