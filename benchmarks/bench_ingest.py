@@ -97,8 +97,8 @@ def main() -> None:
     if not REUTERS.is_file():
         raise SystemExit(f"benchmark data not found: {REUTERS}")
     overrides = {"run.progress": False, "semantic.enabled": True, "semantic.dtype": args.dtype}
-    if args.archive:  # the rag-archive preset without a date column
-        overrides.update({"fuzzy.threshold": 0.3, "fuzzy.boilerplate": True})
+    if args.archive:  # configs/rag-archive.yaml without a date column (semantic stage off: see there)
+        overrides.update({"fuzzy.threshold": 0.3, "fuzzy.boilerplate": True, "semantic.enabled": False})
         name = f"templated archive ({args.archive:,} documents)"
     else:
         overrides["input.timestamp_field"] = "date"
@@ -145,9 +145,10 @@ def main() -> None:
             from gpucurate.config import load_config
             cfg = load_config(None, cfg_sem)
             encoder = encoder_for(cfg, "cpu")
-            stored = state.arrays("semantic")
-            hashes = np.concatenate([p["item_hash"] for p in stored if p])
-            vectors = np.concatenate([p["embeddings"] for p in stored if p and len(p["embeddings"])])
+            stored = [p for p in state.arrays("semantic") if p and len(p["embeddings"])]
+            hashes = np.concatenate([p["item_hash"] for p in stored]) if stored else np.empty(0, np.uint64)
+            vectors = np.concatenate([p["embeddings"] for p in stored]) if stored \
+                else np.empty((0, encoder.dim), np.float32)
             by_hash = dict(zip(hashes.tolist(), range(len(hashes))))
             texts = pd.concat([pd.read_json(f, lines=True) for f in files], ignore_index=True).set_index("id")
             nonempty = docs[~docs["empty"]]
