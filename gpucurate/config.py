@@ -114,6 +114,10 @@ class FuzzyConfig:
     #: and its successor (bounds pairs per bucket); below it, all pairs are compared
     max_bucket_size: int = 1000
     bucket_anchors: int = 8
+    #: where LSH buckets are formed and pairs verified: driver (band keys and shingle sets gathered to the
+    #: driver: fastest while they fit), dask (shuffled by bucket key and joined on the workers), auto: dask
+    #: on a Dask cluster (run.scheduler), driver otherwise. dask needs method minhash, verify and no boilerplate
+    lsh: str = _choice("auto", "auto", "driver", "dask")
     #: leave out of signatures and verification the shingles found in more than boilerplate_max_df of the
     #: documents (letterheads, legal footers, signatures): similarity is then the Jaccard of the rest
     boilerplate: bool = False

@@ -56,3 +56,33 @@ def test_gates_and_paragraphs_on_a_cluster(tmp_path, demo_frame, cluster):
         assert remote["stages"]["contamination"][key] == local["stages"]["contamination"][key], key
     assert remote["stages"]["contamination"]["contaminated_documents"] == 8
     assert remote["stages"]["quality"]["dropped"] > 0 and remote["stages"]["paragraphs"]["documents_changed"] > 0
+
+
+@pytest.mark.parametrize("extra", [{}, {"fuzzy.max_bucket_size": 3, "fuzzy.bucket_anchors": 2},
+                                   {"canonical.policy": "longest", "fuzzy.threshold": 0.6}])
+def test_lsh_on_dask_equals_the_driver_path(tmp_path, demo_frame, extra):
+    """fuzzy.lsh=dask: buckets shuffled by key, pairs deduplicated by a second shuffle, verified after joins
+    with the shingle sets; the same candidate pairs, scores and annotations as the driver path (also with
+    buckets over max_bucket_size, where anchors decide the pairs)."""
+    import pyarrow.parquet as pq
+    recs = demo_frame.head(900).to_dict(orient="records")
+    for n in range(3):
+        write_jsonl(tmp_path / f"part-{n}.jsonl", recs[n * 300:(n + 1) * 300])
+    over = {"run.progress": False, "input.partition_bytes": 40_000, **extra}
+    inputs = [str(tmp_path / "part-*.jsonl")]
+    driver = gpucurate.run(inputs, tmp_path / "driver", overrides={**over, "fuzzy.lsh": "driver"})
+    on_dask = gpucurate.run(inputs, tmp_path / "dask", overrides={**over, "fuzzy.lsh": "dask"})
+    assert on_dask["stages"]["fuzzy"]["lsh"] == "dask" and driver["stages"]["input"]["partitions"] > 3
+    pd.testing.assert_frame_equal(read_annotations(tmp_path / "dask"), read_annotations(tmp_path / "driver"))
+    edges = [pq.read_table(tmp_path / name / "edges.parquet") for name in ("dask", "driver")]
+    assert edges[0].equals(edges[1])
+    assert on_dask["stages"]["fuzzy"]["duplicates"] == driver["stages"]["fuzzy"]["duplicates"] > 0
+
+
+def test_lsh_on_dask_falls_back_for_simhash(tmp_path, demo_frame, caplog):
+    recs = demo_frame.head(200).to_dict(orient="records")
+    src = write_jsonl(tmp_path / "a.jsonl", recs)
+    with caplog.at_level("INFO", logger="gpucurate"):
+        s = gpucurate.run([str(src)], tmp_path / "o", overrides={"run.progress": False, "fuzzy.lsh": "dask",
+                                                                 "fuzzy.method": "simhash"})
+    assert "lsh" not in s["stages"]["fuzzy"] and "LSH on the driver" in caplog.text

@@ -10,6 +10,7 @@ similar than the threshold through a chain).
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -25,6 +26,8 @@ from ..kernels.hashing import permutations
 from ..kernels.minhash import CHAR, WORD
 from ..table import DocTable, canonicals
 from ..text import arrow_buffers
+
+log = logging.getLogger("gpucurate")
 
 
 @lru_cache(maxsize=64)
@@ -206,7 +209,16 @@ class FuzzyDedup:
             return self._parallel_jaccard(sk.csr_offsets, sk.csr_values, pi, pj, executor)
         return self.backend.pairs.signature_agreement(sk.sigs, pi, pj)
 
+    def _on_dask(self, executor: Executor) -> bool:
+        wanted = self.cfg.lsh == "dask" or (self.cfg.lsh == "auto" and executor.client is not None)
+        if wanted and (self.cfg.method != "minhash" or not self.cfg.verify or self.cfg.boilerplate):
+            log.info("fuzzy: LSH on the driver (fuzzy.lsh=dask needs method minhash, verify and no boilerplate)")
+            return False
+        return wanted
+
     def run(self, ddf, table: DocTable, participants: np.ndarray, executor: Executor) -> FuzzyResult:
+        if self._on_dask(executor):
+            return self._run_dask(ddf, table, participants, executor)
         pk = self.backend.pairs
         t0 = time.perf_counter()
         sk = self.sketch(ddf, table, participants, executor)
@@ -251,6 +263,40 @@ class FuzzyDedup:
             stats["boilerplate"] = sk.boilerplate_stats
         return FuzzyResult(rows, rows[canon_local], similarity, rows[pi], rows[pj], scores,
                            self.score_kind, threshold, self.bands, self.rows_per_band, stats, sk.boilerplate)
+
+    def _run_dask(self, ddf, table: DocTable, participants: np.ndarray, executor: Executor) -> FuzzyResult:
+        """LSH, verification and the members' similarity on Dask; components on the edge list here."""
+        from .fuzzy_dask import distributed_candidates, pair_scores
+        params = self.params()
+        pk = self.backend.pairs
+        pi, pj, scores, sets, steps = distributed_candidates(ddf, table, participants, params, self.backend,
+                                                             self.cfg, executor)
+        t0 = time.perf_counter()
+        rows = np.flatnonzero(participants).astype(np.int64)
+        m = len(rows)
+        li, lj = np.searchsorted(rows, pi), np.searchsorted(rows, pj)
+        edge = scores >= self.cfg.threshold - 1e-12
+        labels = pk.components(m, li[edge], lj[edge])
+        canon_local = np.searchsorted(rows, canonicals(labels, rows, table.policy_key(self.policy)[rows]))
+        similarity = np.ones(m, dtype=np.float64)
+        members = np.flatnonzero(canon_local != np.arange(m))
+        if len(members):  # the stored score when the pair was a candidate, else joined and computed
+            packed = li.astype(np.uint64) << np.uint64(32) | lj.astype(np.uint64)
+            lo, hi = np.minimum(members, canon_local[members]), np.maximum(members, canon_local[members])
+            want = lo.astype(np.uint64) << np.uint64(32) | hi.astype(np.uint64)
+            pos = np.minimum(np.searchsorted(packed, want), max(len(packed) - 1, 0))
+            found = packed[pos] == want if len(packed) else np.zeros(len(want), bool)
+            similarity[members[found]] = scores[pos[found]]
+            miss = members[~found]
+            similarity[miss] = pair_scores(sets, rows[miss], rows[canon_local[miss]], pk.jaccard_pairs, executor)
+        steps["cluster"] = time.perf_counter() - t0
+        stats = {"documents": int(m), "method": self.cfg.method, "bands": self.bands, "rows": self.rows_per_band,
+                 "lsh": "dask", "candidate_pairs": int(len(pi)), "edges": int(edge.sum()),
+                 "step_seconds": {k: round(v, 4) for k, v in steps.items()},
+                 "clusters": int(len(np.unique(labels[members]))) if len(members) else 0,
+                 "duplicates": int(len(members))}
+        return FuzzyResult(rows, rows[canon_local], similarity, pi, pj, scores, self.score_kind,
+                           self.score_threshold, self.bands, self.rows_per_band, stats, None)
 
     def _drop_boilerplate(self, offsets: np.ndarray, values: np.ndarray, m: int):
         """Remove the shingles contained in more than ``boilerplate_max_df`` of the ``m`` documents.
