@@ -167,7 +167,8 @@ def run_datasketch(norm_texts, results):
     return labels
 
 
-def bench(factor: int, texts: list[str], peers: bool, workers: int, repeat: int, tmp: Path) -> dict:
+def bench(factor: int, texts: list[str], peers: bool, workers: int, repeat: int, tmp: Path,
+          bucket_caps: tuple = ()) -> dict:
     raw = enlarge(texts, factor)
     n = len(raw)
     mb = sum(len(t.encode()) for t in raw) / 1e6
@@ -191,6 +192,17 @@ def bench(factor: int, texts: list[str], peers: bool, workers: int, repeat: int,
     labels = {"gpucurate": ann["dedup_id"].to_numpy()}
     results["gpucurate"]["stage_seconds"] = summary["timings_s"]
     results["gpucurate"]["lsh"] = f"b={summary['lsh']['bands']} r={summary['lsh']['rows']}"
+    for cap, anchors in bucket_caps:  # the recall cost of anchoring buckets above fuzzy.max_bucket_size
+        name = f"gpucurate max_bucket_size={cap} anchors={anchors}"
+        with timed(results, name):
+            capped = gpucurate.run([str(src)], tmp / f"cap_{factor}x", overrides=[
+                "run.progress=false", f"run.workers={workers}", "semantic.enabled=false", "output.overwrite=true",
+                f"input.partition_rows={max(1, n // (2 * workers))}", f"fuzzy.max_bucket_size={cap}",
+                f"fuzzy.bucket_anchors={anchors}"])
+        labels[name] = pq.read_table(tmp / f"cap_{factor}x" / "annotations").to_pandas().sort_values(
+            "doc_id")["dedup_id"].to_numpy()
+        results[name]["candidate_pairs"] = capped["stages"]["fuzzy"]["candidate_pairs"]
+    results["gpucurate"]["candidate_pairs"] = summary["stages"]["fuzzy"]["candidate_pairs"]
 
     if peers:
         labels["rensa"] = run_rensa(norm, results, verify_sets=False)
@@ -213,8 +225,11 @@ def main(argv=None) -> int:
     p.add_argument("--no-peers", action="store_true", help="only gpucurate")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--repeat", type=int, default=3, help="best-of-N for the signature throughput (default 3)")
+    p.add_argument("--bucket-caps", default="", metavar="SIZE:ANCHORS,...",
+                   help="also run gpucurate with these fuzzy.max_bucket_size:bucket_anchors (recall of anchoring)")
     p.add_argument("--out", default="benchmarks/results/fuzzy.json")
     args = p.parse_args(argv)
+    caps = tuple(tuple(int(x) for x in c.split(":")) for c in args.bucket_caps.split(",") if c)
     texts, _ = reuters_bodies()
     # warm the JIT once so timings measure the kernels, not their compilation
     with tempfile.TemporaryDirectory() as warm:
@@ -224,7 +239,7 @@ def main(argv=None) -> int:
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for factor in [int(f) for f in args.factors.split(",")]:
-            runs.append(bench(factor, texts, not args.no_peers, args.workers, args.repeat, Path(tmp)))
+            runs.append(bench(factor, texts, not args.no_peers, args.workers, args.repeat, Path(tmp), caps))
     report = {"threshold": THRESHOLD, "num_perm": NUM_PERM, "shingles": f"word {K}-grams", "runs": runs}
     base = {r["factor"]: r["tools"]["gpucurate"]["docs_per_s"] for r in runs}
     if 1 in base and len(base) > 1:
@@ -236,8 +251,8 @@ def main(argv=None) -> int:
             if peer in tools:
                 tools[peer]["gpucurate_speedup"] = round(tools[peer]["seconds"] / g["seconds"], 2)
         rows = [dict(tool=k, **v) for k, v in tools.items()]
-        print_table(rows, ["tool", "seconds", "docs_per_s", "signature_docs_per_s", "peak_mib", "pair_precision",
-                           "pair_recall", "edge_recall", "false_merges", "gpucurate_speedup"],
+        print_table(rows, ["tool", "seconds", "docs_per_s", "signature_docs_per_s", "peak_mib", "candidate_pairs",
+                           "pair_precision", "pair_recall", "edge_recall", "false_merges", "gpucurate_speedup"],
                     f"{r['factor']}x Reuters: {r['documents']:,} docs, {r['true_pairs']:,} true pairs "
                     f"(threshold {THRESHOLD})")
         sig = r["signature_docs_per_s"]

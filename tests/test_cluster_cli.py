@@ -1,5 +1,5 @@
 """A real multi-process Dask cluster started from the command line (``dask scheduler`` + two ``dask worker``
-processes with a small memory limit), driven by ``python -m gpucurate run --scheduler``; and a worker killed
+processes with a memory limit), driven by ``python -m gpucurate run --scheduler``; and a worker killed
 in the middle of a run."""
 
 import os
@@ -29,7 +29,7 @@ def _free_port() -> int:
 class CliCluster:
     """``dask scheduler`` and ``dask worker`` processes on loopback; workers inherit ``env``."""
 
-    def __init__(self, tmp: Path, workers: int = 2, memory: str = "600MB", env: dict | None = None):
+    def __init__(self, tmp: Path, workers: int = 2, memory: str = "2GB", env: dict | None = None):
         self.port = _free_port()
         self.address = f"tcp://127.0.0.1:{self.port}"
         self.env = {**os.environ, **(env or {})}
