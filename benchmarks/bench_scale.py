@@ -8,7 +8,7 @@ in this process; reported: documents, MB of text, seconds, documents/s and MB/s 
 ``--cluster`` also runs the largest corpus on a local ``dask scheduler`` + two ``dask worker`` processes
 limited to ``--worker-memory`` each (``fuzzy.lsh`` is then ``dask``), and reports each worker's peak memory.
 
-    python benchmarks/bench_scale.py [--factors 1 10 100] [--cluster --worker-memory 1GB]
+    python benchmarks/bench_scale.py [--factors 1 10 100] [--cluster --worker-memory 2GB --partition-mb 8]
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def cluster_run(corpus: Path, out: Path, memory: str) -> dict:
+def cluster_run(corpus: Path, out: Path, memory: str, partition_mb: int) -> dict:
     """The corpus on ``dask scheduler`` + 2 ``dask worker`` processes (1 thread, ``memory`` each)."""
     from distributed import Client
     dask_cli = shutil.which("dask") or str(Path(sys.executable).with_name("dask"))
@@ -86,7 +86,11 @@ def cluster_run(corpus: Path, out: Path, memory: str) -> dict:
 
         def sample():
             while not stop:
-                for w, m in client.run(lambda: __import__("psutil").Process().memory_info().rss).items():
+                try:
+                    rss = client.run(lambda: __import__("psutil").Process().memory_info().rss)
+                except Exception:  # a worker restarting (memory limit): sample again
+                    rss = {}
+                for w, m in rss.items():
                     peaks[w] = max(peaks.get(w, 0), m)
                 time.sleep(0.5)
         import threading
@@ -94,19 +98,24 @@ def cluster_run(corpus: Path, out: Path, memory: str) -> dict:
         sampler.start()
         start = time.perf_counter()
         summary = gpucurate.run([str(corpus)], out, overrides={"run.progress": False, "semantic.enabled": False,
-                                                               "run.scheduler": address})
+                                                               "run.scheduler": address,
+                                                               "input.partition_bytes": partition_mb << 20})
         seconds = time.perf_counter() - start
         stop = True
         sampler.join()
         client.close()
         return {"seconds": round(seconds, 1), "worker_peak_mib": [round(p / 2**20) for p in peaks.values()],
-                "fuzzy_lsh": summary["stages"]["fuzzy"].get("lsh", "driver"), "kept": summary["documents_kept"]}
+                "fuzzy_lsh": summary["stages"]["fuzzy"].get("lsh", "driver"), "kept": summary["documents_kept"],
+                "partitions": summary["stages"]["input"]["partitions"]}
     finally:
         for p in reversed(procs):
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGTERM)
         for p in procs:
-            p.wait(timeout=30)
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
         log.close()
 
 
@@ -114,7 +123,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--factors", type=int, nargs="+", default=[1, 10, 100])
     ap.add_argument("--cluster", action="store_true", help="also run the largest corpus on a 2-worker cluster")
-    ap.add_argument("--worker-memory", default="1GB")
+    ap.add_argument("--worker-memory", default="2GB")
+    ap.add_argument("--partition-mb", type=int, default=8, help="input.partition_bytes of the cluster run (MB)")
     ap.add_argument("--keep", metavar="DIR", help="write the corpora here and keep them")
     ap.add_argument("--out", default="benchmarks/results/scale.json")
     args = ap.parse_args()
@@ -147,8 +157,9 @@ def main() -> None:
         results["throughput_ratio_to_smallest"] = [round(r["mb_per_s_per_core"] / base, 3) for r in rows]
         if args.cluster:
             largest = root / f"x{args.factors[-1]}"
-            c = cluster_run(largest, root / "out-cluster", args.worker_memory)
-            c.update({"corpus_mb": rows[-1]["text_mb"], "worker_memory": args.worker_memory})
+            c = cluster_run(largest, root / "out-cluster", args.worker_memory, args.partition_mb)
+            c.update({"corpus_mb": rows[-1]["text_mb"], "worker_memory": args.worker_memory,
+                      "partition_mb": args.partition_mb, "in_process_kept": rows[-1]["kept"]})
             results["cluster"] = c
             print(c)
         write_json(results, args.out)

@@ -26,6 +26,8 @@ from .fuzzy import FuzzyParams, signature_partition
 log = logging.getLogger("gpucurate")
 
 _LIST = pd.ArrowDtype(pa.list_(pa.uint64()))
+#: candidate pairs per partition of the verification joins (each row carries both shingle sets)
+JOIN_PAIRS_PER_PARTITION = 20_000
 BANDS_META = pd.DataFrame({"key": pd.Series([], dtype=np.uint64), "row": pd.Series([], dtype=np.int64)})
 SETS_META = pd.DataFrame({"row": pd.Series([], dtype=np.int64), "shingles": pd.Series([], dtype=_LIST)})
 PAIRS_META = pd.DataFrame({"pair": pd.Series([], dtype=np.uint64)})
@@ -106,7 +108,11 @@ def distributed_candidates(ddf, table, participants: np.ndarray, params: FuzzyPa
         _bucket_pairs, cfg.max_bucket_size, cfg.bucket_anchors, meta=PAIRS_META)
     pairs = pairs.shuffle("pair", npartitions=nparts).map_partitions(
         _unique_pairs, meta=pd.DataFrame({"i": pd.Series([], dtype=np.int64), "j": pd.Series([], dtype=np.int64)}))
-    scored = scored_pairs(sets, pairs, backend.pairs.jaccard_pairs, nparts)
+    # the joins carry two shingle sets per pair: size their partitions by the number of pairs
+    pairs = executor.persist(pairs, "fuzzy: candidate pairs (dask)")
+    n_pairs = int(sum(executor.compute([dask.delayed(len)(p) for p in pairs.to_delayed()], "fuzzy: count pairs")))
+    join_parts = max(nparts, n_pairs // JOIN_PAIRS_PER_PARTITION + 1)
+    scored = scored_pairs(sets, pairs, backend.pairs.jaccard_pairs, join_parts)
     parts = executor.compute(scored.to_delayed(), "fuzzy: lsh + verify (dask)")
     steps["lsh+verify"] = time.perf_counter() - t0
     edges = pd.concat(parts, ignore_index=True) if parts else SCORED_META.copy()
