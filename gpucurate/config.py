@@ -394,6 +394,11 @@ def _merge(cfg: Config, data: dict) -> None:
         _apply(getattr(cfg, section), section, values or {})
 
 
+def flatten(d: dict) -> dict:
+    """``{"section": {"key": v}}`` (``Config.to_dict()``) as ``{"section.key": v}`` (override form)."""
+    return {f"{section}.{key}": value for section, values in d.items() for key, value in values.items()}
+
+
 def parse_override(text: str) -> tuple[str, str, Any]:
     """Parse ``section.key=value`` (value as YAML) into (section, key, value)."""
     if "=" not in text:

@@ -27,10 +27,11 @@ import pyarrow as pa
 
 from .annotate import alias_table, annotate
 from .backend import select
-from .config import Config, load_config, resolve_config
+from .config import Config, flatten, load_config, resolve_config
 from .errors import ConfigError, InputError
 from .executor import Executor, quiet_logs
 from .io.reader import plan_partitions, read_documents
+from .kernels.pairs import index_of, pack_pairs
 from .stages.contamination import ContaminationResult
 from .stages.exact import ExactDedup, ExactResult, exact_canonicals
 from .stages.fuzzy import FuzzyDedup, FuzzyResult, Sketches
@@ -53,10 +54,6 @@ DOC_COLUMNS = ("doc_id", "timestamp", "nbytes", "text_hash", "empty", "words", "
                "batch")
 
 
-def _flat(d: dict) -> dict:
-    return {f"{section}.{key}": value for section, values in d.items() for key, value in values.items()}
-
-
 def resolve_ingest_config(state: State, config, overrides) -> Config:
     """The state's config with the allowed overrides; a new state takes ``config`` + ``overrides``."""
     if state.config is None:
@@ -64,11 +61,11 @@ def resolve_ingest_config(state: State, config, overrides) -> Config:
     else:
         if config is not None:
             user = resolve_config(config, overrides)
-            changed = {k: v for k, v in _flat(user.to_dict()).items() if v != _flat(state.config).get(k)}
-            cfg = load_config(None, changed, base=load_config(None, _flat(state.config)))
+            changed = {k: v for k, v in flatten(user.to_dict()).items() if v != flatten(state.config).get(k)}
+            cfg = load_config(None, changed, base=load_config(None, flatten(state.config)))
         else:
-            cfg = load_config(None, overrides, base=load_config(None, _flat(state.config)))
-        before, after = _flat(state.config), _flat(cfg.to_dict())
+            cfg = load_config(None, overrides, base=load_config(None, flatten(state.config)))
+        before, after = flatten(state.config), flatten(cfg.to_dict())
         fixed = [k for k in after if k.startswith(FIXED_KEYS) and after[k] != before.get(k)]
         if fixed:
             raise ConfigError(f"{state.root}: {', '.join(fixed)} cannot change in an existing state (it was "
@@ -178,19 +175,6 @@ def _cat(parts: list[dict], name: str, empty: np.ndarray) -> np.ndarray:
     return np.concatenate(arrays) if arrays else empty
 
 
-def _pack(i: np.ndarray, j: np.ndarray) -> np.ndarray:
-    lo, hi = np.minimum(i, j).astype(np.uint64), np.maximum(i, j).astype(np.uint64)
-    return (lo << np.uint64(32)) | hi
-
-
-def _lookup(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """Position of each of ``keys`` in ``sorted_keys``, -1 when absent."""
-    if len(sorted_keys) == 0:
-        return np.full(len(keys), -1, np.int64)
-    pos = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
-    return np.where(sorted_keys[pos] == keys, pos, -1).astype(np.int64)
-
-
 @dataclass
 class ItemGroups:
     """Result of clustering items (distinct texts) with stored and new pairs."""
@@ -210,13 +194,13 @@ def group_items(stage: FuzzyDedup, sk: Sketches, active: np.ndarray, key: np.nda
     """LSH candidates over all ``active`` items, scores from the cache or computed, components,
     canonicals (smallest ``key``, then ``order``) and each member's score to its canonical.
 
-    ``cached_pairs`` (uint64 packed ``i << 32 | j``, sorted) hold the pairs verified by earlier batches.
+    ``cached_pairs`` (uint64 ``pack_pairs``) hold the pairs verified by earlier batches.
     """
     some = np.flatnonzero(active & (np.diff(sk.csr_offsets) > 0))
     pi, pj = stage.backend.pairs.candidate_pairs(sk.keys[some], max_bucket, anchors)
     pi, pj = some[pi], some[pj]
-    packed = _pack(pi, pj)
-    at = _lookup(cached_pairs, packed)
+    packed = pack_pairs(pi, pj)
+    at = index_of(cached_pairs, packed)
     scores = np.empty(len(pi), np.float64)
     scores[at >= 0] = cached_scores[at[at >= 0]]
     todo = np.flatnonzero(at < 0)
@@ -235,10 +219,8 @@ def group_items(stage: FuzzyDedup, sk: Sketches, active: np.ndarray, key: np.nda
     members = np.flatnonzero(canon != np.arange(m))
     recomputed = 0
     if len(members):
-        want = _pack(members, canon[members])
-        order_packed = np.argsort(packed, kind="stable")
-        pos = _lookup(packed[order_packed], want)
-        similarity[members[pos >= 0]] = scores[order_packed[pos[pos >= 0]]]
+        pos = index_of(packed, pack_pairs(members, canon[members]))
+        similarity[members[pos >= 0]] = scores[pos[pos >= 0]]
         missing = members[pos < 0]
         if len(missing):
             similarity[missing] = stage.scores(sk, missing, canon[missing])
@@ -359,11 +341,8 @@ def _fuzzy(state, cfg, backend, executor, prep, batch_table, exact, canonical, p
         participants &= (exact.words if cfg.fuzzy.shingle == "word" else exact.chars) >= cfg.fuzzy.min_length
     stored = state.arrays("fuzzy")
     old_hash = _cat(stored, "item_hash", np.empty(0, np.uint64))
-    by_hash = np.argsort(old_hash)
     p_rows = np.flatnonzero(participants)
-    pos = _lookup(old_hash[by_hash], exact.hashes[p_rows])
-    item = np.full(len(p_rows), -1, np.int64)
-    item[pos >= 0] = by_hash[pos[pos >= 0]]
+    item = index_of(old_hash, exact.hashes[p_rows])
     need = p_rows[item < 0]
     frozen = np.asarray(boilerplate, np.uint64) if boilerplate is not None else None
     new_sk = stage.sketch(prep.ddf, batch_table, batch_mask(need), executor, frozen)
@@ -379,9 +358,8 @@ def _fuzzy(state, cfg, backend, executor, prep, batch_table, exact, canonical, p
     edges = state.arrays("fuzzy_edges")
     cached = _cat(edges, "pairs", np.empty(0, np.uint64))
     cached_scores = _cat(edges, "scores", np.empty(0, np.float64))
-    order = np.argsort(cached)
     g = group_items(stage, sk, active, np.where(active, policy_key[np.maximum(item_row, 0)], 0),
-                    np.where(active, item_row, np.iinfo(np.int64).max), cached[order], cached_scores[order],
+                    np.where(active, item_row, np.iinfo(np.int64).max), cached, cached_scores,
                     cfg.fuzzy.max_bucket_size, cfg.fuzzy.bucket_anchors, executor)
     segment.arrays["fuzzy"] = _sketch_arrays(new_sk, exact.hashes[need])
     segment.arrays["fuzzy_edges"] = {"pairs": g.new_pairs, "scores": g.new_scores}
@@ -402,10 +380,10 @@ def _semantic(state, cfg, backend, executor, prep, batch_table, exact_b, union, 
     hashes = docs["text_hash"].to_numpy(np.uint64)
     stored = state.arrays("semantic")
     old_hash = _cat(stored, "item_hash", np.empty(0, np.uint64))
-    skipped = np.sort(_cat(stored, "skip_hash", np.empty(0, np.uint64)))
+    skipped = _cat(stored, "skip_hash", np.empty(0, np.uint64))
     old_vectors = [p["embeddings"] for p in stored if p and len(p["embeddings"])]
     p_rows = np.flatnonzero(canonical)
-    known = (_lookup(np.sort(old_hash), hashes[p_rows]) >= 0) | (_lookup(skipped, hashes[p_rows]) >= 0)
+    known = (index_of(old_hash, hashes[p_rows]) >= 0) | (index_of(skipped, hashes[p_rows]) >= 0)
     need = p_rows[~known]
     stage = SemanticDedup(cfg.semantic, cfg.canonical.policy, backend, cfg.run.progress)
     model = state.manifest.get("semantic_model")
@@ -436,10 +414,9 @@ def _semantic(state, cfg, backend, executor, prep, batch_table, exact_b, union, 
                                   "embeddings": new_vectors if new_vectors is not None
                                   else np.empty((0, vectors.shape[1]), np.float32)}
     segment.arrays["semantic_edges"] = {"a": a, "b": b, "score": s.astype(np.float64)}
-    by_hash = np.argsort(item_hash)
-    pos = _lookup(item_hash[by_hash], hashes[p_rows])
+    pos = index_of(item_hash, hashes[p_rows])
     rows = p_rows[pos >= 0]
-    items = by_hash[pos[pos >= 0]]
+    items = pos[pos >= 0]
     local = np.full(len(item_hash), -1, np.int64)
     local[items] = np.arange(len(rows))
     la, lb = local[all_a], local[all_b]
@@ -619,7 +596,7 @@ def ingest_run(run_dir: str | os.PathLike, state_dir: str | os.PathLike, sink=No
     if not (run / "summary.json").is_file():
         raise ConfigError(f"{run}: no summary.json (not a finished gpucurate run)")
     summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
-    cfg = load_config(None, overrides, base=load_config(None, _flat(summary["config"])))
+    cfg = load_config(None, overrides, base=load_config(None, flatten(summary["config"])))
     # how to read the run's records; later batches are read with the run's own input settings
     batch_only = {"input.id_field": "doc_id", "input.on_duplicate_id": "error"}
     if (run / "embeddings").is_dir():

@@ -153,7 +153,8 @@ def build_payload(state, batch, executor) -> RagPayload:
 
 def _chunk_index(state, batch, texts: list[str], doc_rows: np.ndarray, ids: np.ndarray, encoder):
     """Chunk the new canonicals and deduplicate the chunks against the state's chunk index."""
-    from .ingest import _append_sketches, _cat, _concat_sketches, _lookup, group_items
+    from .ingest import _append_sketches, _cat, _concat_sketches, group_items
+    from .kernels.pairs import index_of
     from .backend import select
     cfg = batch.cfg
     backend = select("cpu")
@@ -161,10 +162,7 @@ def _chunk_index(state, batch, texts: list[str], doc_rows: np.ndarray, ids: np.n
     stage = FuzzyDedup(chunk_fuzzy_config(cfg.chunks, cfg.fuzzy.seed), "first", backend)
     stored = state.arrays("chunks")
     old_hash = _cat(stored, "item_hash", np.empty(0, np.uint64))
-    by_hash = np.argsort(old_hash)
-    pos = _lookup(old_hash[by_hash], ct.hashes)
-    item = np.full(len(ct.hashes), -1, np.int64)
-    item[pos >= 0] = by_hash[pos[pos >= 0]]
+    item = index_of(old_hash, ct.hashes)
     fresh = np.flatnonzero(item < 0)
     fresh_hash, first = np.unique(ct.hashes[fresh], return_index=True)  # distinct new texts, first occurrence
     first = fresh[first]
@@ -179,9 +177,8 @@ def _chunk_index(state, batch, texts: list[str], doc_rows: np.ndarray, ids: np.n
     edges = state.arrays("chunk_edges")
     cached = _cat(edges, "pairs", np.empty(0, np.uint64))
     cached_scores = _cat(edges, "scores", np.empty(0, np.float64))
-    srt = np.argsort(cached)
-    g = group_items(stage, sk, np.ones(m, bool), np.zeros(m, np.int64), np.arange(m, dtype=np.int64), cached[srt],
-                    cached_scores[srt], batch.cfg.fuzzy.max_bucket_size, batch.cfg.fuzzy.bucket_anchors)
+    g = group_items(stage, sk, np.ones(m, bool), np.zeros(m, np.int64), np.arange(m, dtype=np.int64), cached,
+                    cached_scores, batch.cfg.fuzzy.max_bucket_size, batch.cfg.fuzzy.bucket_anchors)
     all_hash = np.concatenate([old_hash, fresh_hash])
     chunk_id = np.array([f"{h:016x}" for h in all_hash[g.canon]], dtype=object)
     # new unique chunks: new items that are their own canonical; embed their normalized text

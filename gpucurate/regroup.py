@@ -30,11 +30,12 @@ import pyarrow.parquet as pq
 
 from .annotate import alias_table, annotate
 from .backend import select
-from .config import Config, load_config
+from .config import Config, flatten, load_config
 from .errors import ConfigError
 from .io.writer import ANNOTATIONS_DIR, write_json
 from .kernels.hashing import padded_words
 from .runindex import RUN_INDEX, RunIndex, load_run_index
+from .kernels.pairs import index_of, pack_pairs
 from .stages.exact import exact_canonicals
 from .stages.fuzzy import FuzzyDedup, FuzzyResult, Sketches, signature_partition
 from .stages.semantic import SemanticResult, keep_priority, keep_rule
@@ -51,15 +52,11 @@ DEDUP_COLUMNS = ("dedup_id", "is_canonical", "keep", "drop_stage", "drop_reason"
                  "weight", "exact_group", "fuzzy_group", "semantic_group")
 
 
-def _flat(d: dict) -> dict:
-    return {f"{section}.{key}": value for section, values in d.items() for key, value in values.items()}
-
-
 def _configs(summary: dict, overrides) -> tuple[Config, Config, list[str]]:
     """(config of the run, new config, changed keys); a change outside CHANGEABLE is a ConfigError."""
-    old = load_config(None, _flat(summary["config"]))
+    old = load_config(None, flatten(summary["config"]))
     new = load_config(None, overrides, base=old)
-    before, after = _flat(old.to_dict()), _flat(new.to_dict())
+    before, after = flatten(old.to_dict()), flatten(new.to_dict())
     changed = [k for k in after if after[k] != before[k]]
     fixed = [k for k in changed if k not in CHANGEABLE]
     if fixed:
@@ -162,8 +159,8 @@ def rethreshold(run_dir: str | os.PathLike, overrides: list[str] | dict,
                                summary["stages"]["input"]["partitions"]),
         "config": cfg.to_dict(),
         "rethreshold": {
-            "from_run": str(run), "changed": {k: _flat(cfg.to_dict())[k] for k in changed},
-            "previous": {k: _flat(old_cfg.to_dict())[k] for k in changed},
+            "from_run": str(run), "changed": {k: flatten(cfg.to_dict())[k] for k in changed},
+            "previous": {k: flatten(old_cfg.to_dict())[k] for k in changed},
             "edges_collected_at": collected, "exact": not notes, "notes": notes,
             "lsh_of_equivalent_full_run": {"fuzzy.bands": fuzzy.bands, "fuzzy.rows": fuzzy.rows_per_band}
             if fuzzy is not None and fuzzy.score_kind != "simhash" else None,
@@ -213,13 +210,9 @@ def _fuzzy(run: Path, idx: RunIndex, cfg: Config, backend, participants: np.ndar
     similarity = np.ones(m, dtype=np.float64)
     members = np.flatnonzero(canon_local != np.arange(m))
     # a member's similarity to its canonical: the stored score of that pair, else from the two texts
-    lo, hi = np.minimum(li, lj), np.maximum(li, lj)
-    pair_key = lo * m + hi
-    order = np.argsort(pair_key, kind="stable")
-    want = np.minimum(members, canon_local[members]) * m + np.maximum(members, canon_local[members])
-    pos = np.minimum(np.searchsorted(pair_key[order], want), max(len(order) - 1, 0))
-    found = (pair_key[order][pos] == want) if len(order) else np.zeros(len(want), bool)
-    similarity[members[found]] = edge_score[order][pos[found]]
+    pos = index_of(pack_pairs(li, lj), pack_pairs(members, canon_local[members]))
+    found = pos >= 0
+    similarity[members[found]] = edge_score[pos[found]]
     missing = members[~found]
     if len(missing):
         similarity[missing] = _scores_from_texts(run, idx, cfg, backend, rows[missing],
@@ -253,11 +246,17 @@ def _scores_from_texts(run: Path, idx: RunIndex, cfg: Config, backend, ra: np.nd
     return fuzzy.scores(sk, np.searchsorted(need, ra), np.searchsorted(need, rb))
 
 
-def _read_texts(run: Path, part_offsets: np.ndarray, text_field: str, rows: np.ndarray) -> pa.Array:
-    """Original texts of the sorted table ``rows``, read from the annotated records."""
+def _annotation_files(run: Path, part_offsets: np.ndarray) -> list[Path]:
+    """The run's annotated record files, one per partition of the run index."""
     files = sorted((run / ANNOTATIONS_DIR).glob("part-*.parquet"))
     if len(files) != len(part_offsets) - 1:
         raise ConfigError(f"{run}: {len(files)} annotation files for {len(part_offsets) - 1} partitions")
+    return files
+
+
+def _read_texts(run: Path, part_offsets: np.ndarray, text_field: str, rows: np.ndarray) -> pa.Array:
+    """Original texts of the sorted table ``rows``, read from the annotated records."""
+    files = _annotation_files(run, part_offsets)
     out = []
     part_of = np.searchsorted(part_offsets, rows, side="right") - 1
     for p in np.unique(part_of):
@@ -295,9 +294,7 @@ def _replace(path: Path, table: pa.Table) -> None:
 
 
 def _rewrite_parts(run: Path, out: Path, annotations: pa.Table, part_offsets: np.ndarray) -> None:
-    files = sorted((run / ANNOTATIONS_DIR).glob("part-*.parquet"))
-    if len(files) != len(part_offsets) - 1:
-        raise ConfigError(f"{run}: {len(files)} annotation files for {len(part_offsets) - 1} partitions")
+    files = _annotation_files(run, part_offsets)
     for p, f in enumerate(files):
         records = pq.read_table(f)
         new = annotations.slice(part_offsets[p], part_offsets[p + 1] - part_offsets[p])

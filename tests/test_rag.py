@@ -140,7 +140,7 @@ def test_crash_between_sink_and_commit_is_repaired_by_rerun(tmp_path, pg_dsn, db
     done = subprocess.run(args, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert _counts(db, crashed) == _counts(db, clean)
-    rows = f"SELECT doc_id, cluster_size, md5(embedding::text) FROM {{}}.documents ORDER BY doc_id"
+    rows = "SELECT doc_id, cluster_size, md5(embedding::text) FROM {}.documents ORDER BY doc_id"
     assert db.execute(rows.format(crashed)).fetchall() == db.execute(rows.format(clean)).fetchall()
 
 

@@ -82,6 +82,24 @@ def unique_pairs(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (s >> np.uint64(32)).astype(np.int64), (s & np.uint64(0xFFFFFFFF)).astype(np.int64)
 
 
+def pack_pairs(i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """uint64 key ``min << 32 | max`` of each pair (the layout of ``bucket_pairs``), order-independent."""
+    lo, hi = np.minimum(i, j).astype(np.uint64), np.maximum(i, j).astype(np.uint64)
+    return (lo << np.uint64(32)) | hi
+
+
+def index_of(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """int64 position of each of ``keys`` in ``values`` (any order, distinct), -1 where absent."""
+    out = np.full(len(keys), -1, np.int64)
+    if len(values) == 0 or len(keys) == 0:
+        return out
+    order = np.argsort(values, kind="stable")
+    pos = np.minimum(np.searchsorted(values[order], keys), len(values) - 1)
+    hit = values[order][pos] == keys
+    out[hit] = order[pos[hit]]
+    return out
+
+
 def candidate_pairs(band_keys: np.ndarray, max_bucket: int, anchors: int) -> tuple[np.ndarray, np.ndarray]:
     """Distinct LSH candidate pairs of documents ``0..n-1`` given their ``uint64[n, bands]`` band keys;
     sorted by ``(i, j)`` with ``i < j``. Deterministic: the result does not depend on sort stability."""

@@ -24,6 +24,7 @@ from ..config import FuzzyConfig
 from ..executor import Executor
 from ..kernels.hashing import permutations
 from ..kernels.minhash import CHAR, WORD
+from ..kernels.pairs import index_of, pack_pairs
 from ..table import DocTable, canonicals
 from ..text import arrow_buffers
 
@@ -281,11 +282,8 @@ class FuzzyDedup:
         similarity = np.ones(m, dtype=np.float64)
         members = np.flatnonzero(canon_local != np.arange(m))
         if len(members):  # the stored score when the pair was a candidate, else joined and computed
-            packed = li.astype(np.uint64) << np.uint64(32) | lj.astype(np.uint64)
-            lo, hi = np.minimum(members, canon_local[members]), np.maximum(members, canon_local[members])
-            want = lo.astype(np.uint64) << np.uint64(32) | hi.astype(np.uint64)
-            pos = np.minimum(np.searchsorted(packed, want), max(len(packed) - 1, 0))
-            found = packed[pos] == want if len(packed) else np.zeros(len(want), bool)
+            pos = index_of(pack_pairs(li, lj), pack_pairs(members, canon_local[members]))
+            found = pos >= 0
             similarity[members[found]] = scores[pos[found]]
             miss = members[~found]
             similarity[miss] = pair_scores(sets, rows[miss], rows[canon_local[miss]], pk.jaccard_pairs, executor)
