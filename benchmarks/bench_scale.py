@@ -1,19 +1,27 @@
-"""Throughput as the corpus grows, and a run on a memory-limited Dask cluster.
+"""Throughput as the corpus grows, and a run on a memory-limited Dask cluster over a corpus larger than
+the workers' memory.
 
-Corpus: Reuters-21578 bodies enlarged ``factor`` times (each copy with 2% of its words replaced, shuffled)
-plus, for several languages, the demo generator's templated letters (1 in 10 documents), written as
-Parquet shards of about 64 MB. Each size runs the whole pipeline (exact + fuzzy, no semantic stage)
-in this process; reported: documents, MB of text, seconds, documents/s and MB/s per core, peak memory.
+Corpus: ``benchmarks/synthetic.py`` (near-copy families of a fixed size distribution, templated letters,
+exact copies, six languages and scripts) written as Parquet shards of about 64 MB; sizes are given as
+multiples of the Reuters-21578 text (19.4 MB), so ``--factors 1 10 100`` is about 19 MB, 194 MB and
+1.9 GB. Each size runs the whole pipeline (exact + fuzzy, no semantic stage) in this process; reported:
+documents, MB of text, seconds, documents/s and MB/s per core, peak memory, and against the generator's
+families: the share of duplicate families left with one kept document and the unique documents dropped.
 
-``--cluster`` also runs the largest corpus on a local ``dask scheduler`` + two ``dask worker`` processes
-limited to ``--worker-memory`` each (``fuzzy.lsh`` is then ``dask``), and reports each worker's peak memory.
+``--cluster-gb G`` writes a corpus of G GB and runs it on a local ``dask scheduler`` + two ``dask worker``
+processes (1 thread, ``--worker-memory`` each; spill to their local directory), with the Dask LSH and, if
+``--cluster-components dask``, the Dask connected components; it reports each worker's peak memory.
+``--cluster-factor F`` instead runs the F-times-Reuters corpus on the cluster and checks it against the
+in-process run of the same corpus.
 
-    python benchmarks/bench_scale.py [--factors 1 10 100] [--cluster --worker-memory 2GB --partition-mb 8]
+    python benchmarks/bench_scale.py [--factors 1 10 100]
+    python benchmarks/bench_scale.py --factors 1 --cluster-gb 4 --worker-memory 1GB --partition-mb 8
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shutil
 import signal
@@ -24,38 +32,25 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
+import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import enlarge, print_table, reuters_bodies, timed, write_json  # noqa: E402
+from common import PeakMemory, print_table, timed, write_json  # noqa: E402
+from synthetic import write_corpus  # noqa: E402
 
 import gpucurate  # noqa: E402
 
-SHARD_BYTES = 64 << 20
+REUTERS_TEXT_BYTES = 19_400_000
 
 
-def write_corpus(folder: Path, factor: int, seed: int = 0) -> tuple[int, int]:
-    """Parquet shards of the enlarged corpus; returns (documents, text bytes)."""
-    from gpucurate.demo import generate_corpus
-    texts, _ = reuters_bodies()
-    docs = enlarge(texts, factor, seed=seed)
-    letters = generate_corpus(n_docs=max(100, len(docs) // 10), seed=seed).text.fillna("").tolist()
-    rng = np.random.default_rng(seed)
-    docs = [docs[i] for i in rng.permutation(len(docs))] + letters
-    folder.mkdir(parents=True, exist_ok=True)
-    shard, size, start, total = [], 0, 0, 0
-    for i, t in enumerate(docs):
-        shard.append(t)
-        size += len(t.encode())
-        if size >= SHARD_BYTES or i == len(docs) - 1:
-            table = pa.table({"id": pa.array(np.arange(start, start + len(shard)), pa.int64()), "text": shard})
-            pq.write_table(table, folder / f"part-{start:09d}.parquet", row_group_size=20_000)
-            total += size
-            start += len(shard)
-            shard, size = [], 0
-    return len(docs), total
+def ground_truth_scores(out: Path) -> dict:
+    """Against the generator's families: share of duplicate families with exactly one kept document, and
+    unique documents (families of one) that were dropped."""
+    a = pd.read_parquet(out / "annotations", columns=["family", "keep"])
+    size = a.groupby("family")["keep"].transform("size")
+    kept = a[size > 1].groupby("family")["keep"].sum()
+    return {"families_collapsed": round(float((kept == 1).mean()), 4) if len(kept) else None,
+            "unique_dropped": int((~a["keep"][size == 1]).sum())}
 
 
 def _free_port() -> int:
@@ -64,7 +59,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def cluster_run(corpus: Path, out: Path, memory: str, partition_mb: int) -> dict:
+def cluster_run(corpus: Path, out: Path, memory: str, partition_mb: int, components: str = "auto") -> dict:
     """The corpus on ``dask scheduler`` + 2 ``dask worker`` processes (1 thread, ``memory`` each)."""
     from distributed import Client
     dask_cli = shutil.which("dask") or str(Path(sys.executable).with_name("dask"))
@@ -97,16 +92,23 @@ def cluster_run(corpus: Path, out: Path, memory: str, partition_mb: int) -> dict
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         start = time.perf_counter()
-        summary = gpucurate.run([str(corpus)], out, overrides={"run.progress": False, "semantic.enabled": False,
-                                                               "run.scheduler": address,
-                                                               "input.partition_bytes": partition_mb << 20})
-        seconds = time.perf_counter() - start
+        with PeakMemory() as driver:
+            summary = gpucurate.run([str(corpus)], out, overrides={"run.progress": False, "semantic.enabled": False,
+                                                                   "run.scheduler": address, "output.overwrite": True,
+                                                                   "input.partition_bytes": partition_mb << 20,
+                                                                   "fuzzy.components": components})
+            seconds = time.perf_counter() - start
         stop = True
         sampler.join()
         client.close()
+        fuzzy = summary["stages"]["fuzzy"]
         return {"seconds": round(seconds, 1), "worker_peak_mib": [round(p / 2**20) for p in peaks.values()],
-                "fuzzy_lsh": summary["stages"]["fuzzy"].get("lsh", "driver"), "kept": summary["documents_kept"],
-                "partitions": summary["stages"]["input"]["partitions"]}
+                "driver_peak_mib": round(driver.mib),
+                "fuzzy_lsh": fuzzy.get("lsh", "driver"), "components": fuzzy.get("components", "driver"),
+                "documents": summary["documents_in"], "kept": summary["documents_kept"],
+                "partitions": summary["stages"]["input"]["partitions"],
+                "mb_per_s_per_core": round(summary["stages"]["input"]["text_bytes"] / 1e6 / seconds / 2, 2),
+                **ground_truth_scores(out)}
     finally:
         for p in reversed(procs):
             if p.poll() is None:
@@ -121,60 +123,78 @@ def cluster_run(corpus: Path, out: Path, memory: str, partition_mb: int) -> dict
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--factors", type=int, nargs="+", default=[1, 10, 100])
-    ap.add_argument("--cluster", action="store_true", help="also run the largest corpus on a 2-worker cluster")
+    ap.add_argument("--factors", type=int, nargs="*", default=[1, 10, 100],
+                    help="in-process runs at these multiples of the Reuters text size (19.4 MB)")
+    ap.add_argument("--cluster-gb", type=float, help="run a corpus of this many GB on a 2-worker cluster")
+    ap.add_argument("--cluster-factor", type=int, help="run the corpus of this factor on the cluster too")
     ap.add_argument("--worker-memory", default="2GB")
     ap.add_argument("--partition-mb", type=int, default=8, help="input.partition_bytes of the cluster run (MB)")
+    ap.add_argument("--cluster-components", default="auto", choices=["auto", "driver", "dask"])
     ap.add_argument("--keep", metavar="DIR", help="write the corpora here and keep them")
     ap.add_argument("--out", default="benchmarks/results/scale.json")
     args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("gpucurate").setLevel(logging.INFO)
     cores = os.cpu_count() or 1
-    rows, results = [], {}
+    rows, results = [], {"cores": cores}
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="gpucurate-scale-"))
+    overrides = {"run.progress": False, "semantic.enabled": False}
     try:
-        gpucurate.run([str(write_small(root))], root / "warm", overrides={"run.progress": False,
-                                                                          "semantic.enabled": False})
+        warm = root / "warm"
+        if not warm.exists():
+            write_corpus(warm, 2_000_000, seed=1, progress=False)
+        gpucurate.run([str(warm)], root / "warm-out", overrides={**overrides, "output.overwrite": True})
         for factor in args.factors:
             corpus = root / f"x{factor}"
             t = time.perf_counter()
-            docs, nbytes = write_corpus(corpus, factor)
+            info = write_corpus(corpus, factor * REUTERS_TEXT_BYTES) if not corpus.exists() else None
             generate_s = time.perf_counter() - t
             timing: dict = {}
+            out = root / f"out-x{factor}"
             with timed(timing, "run"):
-                summary = gpucurate.run([str(corpus)], root / f"out-x{factor}", overrides={
-                    "run.progress": False, "semantic.enabled": False})
+                summary = gpucurate.run([str(corpus)], out, overrides={**overrides, "output.overwrite": True})
             seconds = timing["run"]["seconds"]
+            docs, nbytes = summary["documents_in"], summary["stages"]["input"]["text_bytes"]
             rows.append({"size": f"{factor}x Reuters", "documents": docs, "text_mb": round(nbytes / 1e6, 1),
                          "seconds": seconds, "docs_per_s_per_core": round(docs / seconds / cores, 1),
                          "mb_per_s_per_core": round(nbytes / 1e6 / seconds / cores, 2),
                          "peak_mib": timing["run"]["peak_mib"], "kept": summary["documents_kept"],
-                         "generate_s": round(generate_s, 1)})
+                         **ground_truth_scores(out), "generate_s": round(generate_s, 1) if info else None})
             print(rows[-1], file=sys.stderr)
-            shutil.rmtree(root / f"out-x{factor}", ignore_errors=True)
-        print_table(rows, list(rows[0]), f"gpucurate run (exact + fuzzy) as the corpus grows, {cores} cores")
-        results["sizes"] = rows
-        base = rows[0]["mb_per_s_per_core"]
-        results["throughput_ratio_to_smallest"] = [round(r["mb_per_s_per_core"] / base, 3) for r in rows]
-        if args.cluster:
-            largest = root / f"x{args.factors[-1]}"
-            c = cluster_run(largest, root / "out-cluster", args.worker_memory, args.partition_mb)
-            c.update({"corpus_mb": rows[-1]["text_mb"], "worker_memory": args.worker_memory,
-                      "partition_mb": args.partition_mb, "in_process_kept": rows[-1]["kept"]})
+            if factor != args.cluster_factor:
+                shutil.rmtree(out, ignore_errors=True)
+        if rows:
+            print_table(rows, list(rows[0]), f"gpucurate run (exact + fuzzy) as the corpus grows, {cores} cores")
+            best = max(r["mb_per_s_per_core"] for r in rows)
+            results["sizes"] = rows
+            results["throughput_ratio_to_best"] = [round(r["mb_per_s_per_core"] / best, 3) for r in rows]
+        if args.cluster_gb or args.cluster_factor:
+            if args.cluster_gb:
+                corpus = root / f"gb{args.cluster_gb:g}"
+                if not corpus.exists():
+                    write_corpus(corpus, int(args.cluster_gb * 1e9))
+            else:
+                corpus = root / f"x{args.cluster_factor}"
+            c = cluster_run(corpus, root / "out-cluster", args.worker_memory, args.partition_mb,
+                            args.cluster_components)
+            c.update({"corpus": corpus.name, "worker_memory": args.worker_memory, "partition_mb": args.partition_mb})
+            if args.cluster_factor and not args.cluster_gb:
+                c["identical_to_in_process"] = _same_annotations(root / f"out-x{args.cluster_factor}",
+                                                                 root / "out-cluster")
             results["cluster"] = c
-            print(c)
+            print_table([c], [k for k in c if not isinstance(c[k], list)] + ["worker_peak_mib"],
+                        "the same pipeline on dask scheduler + 2 dask workers")
         write_json(results, args.out)
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
 
 
-def write_small(root: Path) -> Path:
-    """A tiny corpus to compile the kernels before timing."""
-    path = root / "warm.parquet"
-    root.mkdir(parents=True, exist_ok=True)
-    texts, _ = reuters_bodies()
-    pq.write_table(pa.table({"id": np.arange(500), "text": texts[:500]}), path)
-    return path
+def _same_annotations(a: Path, b: Path) -> bool:
+    cols = ["id", "dedup_id", "keep", "drop_stage", "similarity", "cluster_size"]
+    left = pd.read_parquet(a / "annotations", columns=cols).sort_values("id", ignore_index=True)
+    right = pd.read_parquet(b / "annotations", columns=cols).sort_values("id", ignore_index=True)
+    return bool(left.equals(right))
 
 
 if __name__ == "__main__":

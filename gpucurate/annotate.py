@@ -23,6 +23,13 @@ ANNOTATION_COLUMNS = ("doc_id", "dedup_id", "is_canonical", "keep", "drop_stage"
                       "contamination", "stripped_text", "paragraph_text", "paragraph_chars_removed")
 
 
+def partition_slices(annotations: pa.Table, offsets: np.ndarray) -> list[pa.Table]:
+    """The rows ``offsets[p]:offsets[p + 1]`` of ``annotations`` for each partition ``p``, each with buffers
+    of its own: a zero-copy slice would pickle the whole table into every task of a Dask cluster."""
+    return [annotations.take(pa.array(np.arange(offsets[p], offsets[p + 1], dtype=np.int64)))
+            for p in range(len(offsets) - 1)]
+
+
 def id_array(ids: np.ndarray) -> pa.Array:
     return pa.array(ids, type=pa.int64()) if ids.dtype.kind == "i" else pa.array(ids, type=pa.string())
 
@@ -152,25 +159,28 @@ def alias_table(annotations: pa.Table) -> pa.Table:
                      "stage": df.column("drop_stage"), "similarity": df.column("similarity")})
 
 
-def edge_table(table: DocTable, fuzzy: FuzzyResult | None, fuzzy_threshold: float,
-               semantic: SemanticResult | None = None, semantic_threshold: float = 1.0) -> pa.Table:
-    """Every verified fuzzy candidate pair (both ends exact canonicals) with its Jaccard (method
-    ``jaccard``, or ``minhash`` estimates without verification), then every within-cluster pair of the
-    semantic stage with cosine at or above its threshold (method ``cosine``)."""
-    parts = []
-    if fuzzy is not None:
-        parts.append((fuzzy.edge_i, fuzzy.edge_j, fuzzy.edge_score, fuzzy.score_kind, fuzzy.threshold))
+def edge_batches(table: DocTable, fuzzy: FuzzyResult | None, semantic: SemanticResult | None = None,
+                 semantic_threshold: float = 1.0, executor=None):
+    """``edges.parquet`` in Arrow tables: every verified fuzzy candidate pair (both ends exact canonicals)
+    with its Jaccard (method ``jaccard``, or ``minhash`` estimates without verification), then every
+    within-cluster pair of the semantic stage with cosine at or above its threshold (method ``cosine``).
+    Fuzzy edges kept on Dask (``fuzzy.edge_frames``) come one partition at a time."""
+    if fuzzy is not None and fuzzy.edge_frames is not None:
+        for part in executor.iter_compute(fuzzy.edge_frames.to_delayed(), "write edges"):
+            yield _edges(table, part["i"].to_numpy(np.int64), part["j"].to_numpy(np.int64),
+                         part["score"].to_numpy(np.float64), fuzzy.score_kind, fuzzy.threshold)
+    elif fuzzy is not None:
+        yield _edges(table, fuzzy.edge_i, fuzzy.edge_j, fuzzy.edge_score, fuzzy.score_kind, fuzzy.threshold)
     if semantic is not None:
-        parts.append((semantic.edge_i, semantic.edge_j, semantic.edge_score, "cosine", semantic_threshold))
-    i = np.concatenate([p[0] for p in parts] + [np.empty(0, np.int64)])
-    j = np.concatenate([p[1] for p in parts] + [np.empty(0, np.int64)])
-    score = np.concatenate([p[2] for p in parts] + [np.empty(0, np.float64)])
-    above = np.concatenate([p[2] >= p[4] for p in parts] + [np.empty(0, bool)])
-    method = np.concatenate([np.full(len(p[2]), p[3], dtype=object) for p in parts] + [np.empty(0, object)])
+        yield _edges(table, semantic.edge_i, semantic.edge_j, semantic.edge_score, "cosine", semantic_threshold)
+    yield _edges(table, np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), "", 1.0)
+
+
+def _edges(table: DocTable, i, j, score, method: str, threshold: float) -> pa.Table:
     return pa.table({
         "id_a": id_array(table.ids[i]),
         "id_b": id_array(table.ids[j]),
         "score": pa.array(score, type=pa.float64()),
-        "above_threshold": pa.array(above, type=pa.bool_()),
-        "method": pa.array(method, type=pa.string()),
+        "above_threshold": pa.array(score >= threshold, type=pa.bool_()),
+        "method": pa.array(np.full(len(score), method, dtype=object), type=pa.string()),
     })

@@ -17,6 +17,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .annotate import partition_slices
 from .backend import select
 from .config import Config, InputConfig, resolve_config
 from .errors import InputError
@@ -85,7 +86,7 @@ def dedup(ddf, config: Config | str | None = None, overrides=None):
         result = deduplicate(narrow, cfg, executor, select(cfg.run.backend), Timer())
     table, annotations = result.table, result.annotations
     offs = table.part_offsets
-    parts = [annotations.slice(offs[p], offs[p + 1] - offs[p]) for p in range(len(offs) - 1)]
+    parts = partition_slices(annotations, offs)
     text_col = "_text" if "_ord" in ddf.columns else cfg.input.text_field
     meta = _attach(ddf._meta, [annotations.slice(0, 0)], text_col)
     return ddf.map_partitions(_attach, parts, text_col, meta=meta)

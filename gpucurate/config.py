@@ -38,8 +38,10 @@ class InputConfig:
     on_duplicate_id: str = _choice("error", "error", "suffix")
     #: invalid UTF-8 in JSON Lines: strict (an error for that row) or replace (U+FFFD, counted in summary.json)
     encoding_errors: str = _choice("strict", "strict", "replace")
-    #: target size of one partition of uncompressed JSON Lines (bytes) and of Parquet (rows)
+    #: text bytes a partition holds: plain JSON Lines are cut at line ends, Parquet row groups joined up to it
+    #: (by the text column's uncompressed size; a larger row group is read in row slices)
     partition_bytes: int = 64 * 1024 * 1024
+    #: Parquet rows a partition holds at most
     partition_rows: int = 250_000
 
 
@@ -118,6 +120,11 @@ class FuzzyConfig:
     #: driver: fastest while they fit), dask (shuffled by bucket key and joined on the workers), auto: dask
     #: on a Dask cluster (run.scheduler), driver otherwise. dask needs method minhash, verify and no boilerplate
     lsh: str = _choice("auto", "auto", "driver", "dask")
+    #: where the connected components of the Dask LSH's edges run: driver (the edge list gathered, 24 bytes a
+    #: candidate pair), dask (min-label propagation over Dask DataFrames: only one label per document reaches
+    #: the driver), auto: dask when there are more than driver_max_pairs candidate pairs
+    components: str = _choice("auto", "auto", "driver", "dask")
+    driver_max_pairs: int = 50_000_000
     #: leave out of signatures and verification the shingles found in more than boilerplate_max_df of the
     #: documents (letterheads, legal footers, signatures): similarity is then the Jaccard of the rest
     boilerplate: bool = False
@@ -283,6 +290,8 @@ class Config:
         for key in ("ngram", "num_perm", "max_bucket_size", "bucket_anchors"):
             if getattr(f, key) < 1:
                 raise ConfigError(f"fuzzy.{key} must be >= 1, got {getattr(f, key)}")
+        if f.driver_max_pairs < 0:
+            raise ConfigError(f"fuzzy.driver_max_pairs must be >= 0, got {f.driver_max_pairs}")
         if (f.bands is None) != (f.rows is None):
             raise ConfigError("fuzzy.bands and fuzzy.rows must be given together (or both null)")
         if f.bands is not None and (f.bands < 1 or f.rows < 1 or f.bands * f.rows > f.num_perm):

@@ -101,11 +101,33 @@ class Executor:
                 bar.update(1)
         return self.client.gather(futures)
 
+    def iter_compute(self, tasks: list, desc: str):
+        """Compute delayed ``tasks`` a few at a time (twice the threads), yielding results in order: for
+        results that together would not fit in this process."""
+        step = max(1, 2 * self.workers)
+        with tqdm(total=len(tasks), desc=desc, unit="part", file=sys.stderr, disable=not self.progress,
+                  leave=False) as bar:
+            for start in range(0, len(tasks), step):
+                batch = tasks[start:start + step]
+                if self.client is None:
+                    results = dask.compute(*batch, scheduler="threads", num_workers=self.workers)
+                else:
+                    results = self.client.gather(self.client.compute(batch))
+                bar.update(len(batch))
+                yield from results
+
     def persist(self, collection, desc: str):
         if self.client is None:
             with _TqdmCallback(desc, self.progress):
                 return collection.persist(scheduler="threads", num_workers=self.workers)
-        return self.client.persist(collection)
+        from distributed import as_completed, futures_of
+        persisted = self.client.persist(collection)
+        futures = futures_of(persisted)  # wait here, so that step timings and failures belong to this step
+        with tqdm(total=len(futures), desc=desc, unit="part", file=sys.stderr, disable=not self.progress,
+                  leave=False) as bar:
+            for _ in as_completed(futures):
+                bar.update(1)
+        return persisted
 
     def threads_per_task(self, n_tasks: int) -> int:
         """Threads one task may use itself: the spare local cores when there are fewer tasks than cores

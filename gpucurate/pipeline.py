@@ -17,13 +17,13 @@ import dask
 import numpy as np
 
 from . import __version__
-from .annotate import alias_table, annotate, apply_paragraphs, edge_table
+from .annotate import alias_table, annotate, apply_paragraphs, edge_batches, partition_slices
 from .backend import select
 from .config import Config, resolve_config
 from .executor import Executor, quiet_logs
 from .io.reader import ROW_BITS, plan_partitions, read_documents
 from .runindex import write_run_index
-from .io.writer import prepare_output, write_json, write_partition, write_table
+from .io.writer import prepare_output, write_batches, write_json, write_partition, write_table
 from .stages.contamination import ContaminationGate, ContaminationResult
 from .stages.exact import ExactDedup, ExactResult
 from .stages.fuzzy import FuzzyDedup, FuzzyResult
@@ -91,13 +91,12 @@ def run(inputs: list[str] | str, output: str | os.PathLike, config: Config | str
         table, annotations = result.table, result.annotations
         with timer("write"):
             offs = table.part_offsets
-            tasks = [dask.delayed(write_partition)(spec, cfg, annotations.slice(offs[p], offs[p + 1] - offs[p]),
-                                                   table.ords[offs[p]:offs[p + 1]], str(out))
-                     for p, spec in enumerate(specs)]
+            tasks = [dask.delayed(write_partition)(spec, cfg, part, table.ords[offs[p]:offs[p + 1]], str(out))
+                     for p, (spec, part) in enumerate(zip(specs, partition_slices(annotations, offs)))]
             executor.compute(tasks, "write")
             write_table(alias_table(annotations), out / "aliases.parquet", cfg)
-            write_table(edge_table(table, result.fuzzy, cfg.fuzzy.threshold, result.semantic,
-                                   cfg.semantic.threshold), out / "edges.parquet", cfg)
+            write_batches(edge_batches(table, result.fuzzy, result.semantic, cfg.semantic.threshold, executor),
+                          out / "edges.parquet", cfg)
             if result.semantic is not None and cfg.semantic.write_embeddings:
                 write_embeddings(result.semantic, table, result.exact.hashes, out, cfg.output.compression)
             if result.contamination is not None:

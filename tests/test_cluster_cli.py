@@ -2,6 +2,7 @@
 processes with a memory limit), driven by ``python -m gpucurate run --scheduler``; and a worker killed
 in the middle of a run."""
 
+import json
 import os
 import shutil
 import signal
@@ -94,22 +95,27 @@ def corpus(tmp_path_factory, demo_frame):
     return tmp, read_annotations(local)
 
 
-def _cli_run(corpus_dir: Path, out: Path, address: str) -> subprocess.CompletedProcess:
+def _cli_run(corpus_dir: Path, out: Path, address: str, *settings: str) -> subprocess.CompletedProcess:
+    extra = [a for s in settings for a in ("--set", s)]
     return subprocess.run([sys.executable, "-m", "gpucurate", "run", "--input", str(corpus_dir / "part-*.jsonl"),
                            "--output", str(out), "--scheduler", address, "--no-progress", "-q",
-                           "--set", "semantic.enabled=false", "--set", "input.partition_bytes=30000"],
+                           "--set", "semantic.enabled=false", "--set", "input.partition_bytes=30000", *extra],
                           capture_output=True, text=True, timeout=600)
 
 
-def test_run_on_a_command_line_cluster_is_identical(tmp_path, corpus):
+@pytest.mark.parametrize("components", ["auto", "dask"])
+def test_run_on_a_command_line_cluster_is_identical(tmp_path, corpus, components):
+    """The Dask LSH (auto on a cluster) with components on the driver (auto: a small edge list) or on Dask."""
     corpus_dir, local = corpus
     cluster = CliCluster(tmp_path)
     try:
-        done = _cli_run(corpus_dir, tmp_path / "out", cluster.address)
+        done = _cli_run(corpus_dir, tmp_path / "out", cluster.address, f"fuzzy.components={components}")
     finally:
         cluster.close()
     assert done.returncode == 0, done.stderr[-3000:]
     pd.testing.assert_frame_equal(read_annotations(tmp_path / "out")[ANNOTATION_COLUMNS], local[ANNOTATION_COLUMNS])
+    fuzzy = json.loads((tmp_path / "out" / "summary.json").read_text())["stages"]["fuzzy"]
+    assert fuzzy["lsh"] == "dask" and fuzzy["components"] == ("dask" if components == "dask" else "driver")
 
 
 def test_a_killed_worker_is_retried_and_the_output_is_complete(tmp_path, corpus):

@@ -59,7 +59,10 @@ def test_gates_and_paragraphs_on_a_cluster(tmp_path, demo_frame, cluster):
 
 
 @pytest.mark.parametrize("extra", [{}, {"fuzzy.max_bucket_size": 3, "fuzzy.bucket_anchors": 2},
-                                   {"canonical.policy": "longest", "fuzzy.threshold": 0.6}])
+                                   {"canonical.policy": "longest", "fuzzy.threshold": 0.6},
+                                   {"fuzzy.components": "dask"},
+                                   {"fuzzy.driver_max_pairs": 0, "canonical.policy": "longest",
+                                    "fuzzy.threshold": 0.6}])
 def test_lsh_on_dask_equals_the_driver_path(tmp_path, demo_frame, extra):
     """fuzzy.lsh=dask: buckets shuffled by key, pairs deduplicated by a second shuffle, verified after joins
     with the shingle sets; the same candidate pairs, scores and annotations as the driver path (also with
@@ -73,6 +76,8 @@ def test_lsh_on_dask_equals_the_driver_path(tmp_path, demo_frame, extra):
     driver = gpucurate.run(inputs, tmp_path / "driver", overrides={**over, "fuzzy.lsh": "driver"})
     on_dask = gpucurate.run(inputs, tmp_path / "dask", overrides={**over, "fuzzy.lsh": "dask"})
     assert on_dask["stages"]["fuzzy"]["lsh"] == "dask" and driver["stages"]["input"]["partitions"] > 3
+    dask_components = extra.get("fuzzy.components") == "dask" or extra.get("fuzzy.driver_max_pairs") == 0
+    assert on_dask["stages"]["fuzzy"]["components"] == ("dask" if dask_components else "driver")
     pd.testing.assert_frame_equal(read_annotations(tmp_path / "dask"), read_annotations(tmp_path / "driver"))
     edges = [pq.read_table(tmp_path / name / "edges.parquet") for name in ("dask", "driver")]
     assert edges[0].equals(edges[1])
@@ -86,3 +91,33 @@ def test_lsh_on_dask_falls_back_for_simhash(tmp_path, demo_frame, caplog):
         s = gpucurate.run([str(src)], tmp_path / "o", overrides={"run.progress": False, "fuzzy.lsh": "dask",
                                                                  "fuzzy.method": "simhash"})
     assert "lsh" not in s["stages"]["fuzzy"] and "LSH on the driver" in caplog.text
+
+
+def test_components_on_dask_equal_the_union_find():
+    """Min-label propagation over Dask DataFrames: the same components as the driver's union-find on random
+    graphs with long chains (several pointer-jumping rounds), isolated rows and one to many partitions;
+    each label is the smallest row of its component."""
+    import dask.dataframe as dd
+    import numpy as np
+    from gpucurate.executor import Executor
+    from gpucurate.kernels.pairs import components
+    from gpucurate.stages.components import dask_components
+    rng = np.random.default_rng(3)
+    n = 3_000
+    chain = rng.permutation(n)[:600]  # one path of 600 rows in random order: diameter 599
+    i = np.concatenate([chain[:-1], rng.integers(0, n, 900)])
+    j = np.concatenate([chain[1:], rng.integers(0, n, 900)])
+    keep = i != j
+    i, j = np.minimum(i, j)[keep], np.maximum(i, j)[keep]
+    expected = components(n, i, j)
+    with Executor(progress=False) as ex:
+        for parts in (1, 4, 7):
+            frame = dd.from_pandas(pd.DataFrame({"i": i.astype(np.int64), "j": j.astype(np.int64)}),
+                                   npartitions=parts)
+            nodes, labels = dask_components(frame, n, ex, parts)
+            got = np.arange(n)
+            got[nodes] = labels
+            assert set(nodes) == set(i) | set(j)
+            # the same partition of the rows, each labelled by its smallest row
+            mins = pd.Series(np.arange(n)).groupby(expected).transform("min").to_numpy()
+            assert np.array_equal(got, mins)

@@ -125,6 +125,7 @@ def test_same_annotations_whatever_the_split_and_workers(tmp_path, demo_frame):
         write_jsonl(split_dir / f"part-{n:03d}.jsonl", recs[a:b], compress=[None, "gz", "zst"][n % 3])
     pq.write_table(pa.Table.from_pandas(demo_frame, preserve_index=False), tmp_path / "all.parquet",
                    row_group_size=128)
+    pq.write_table(pa.Table.from_pandas(demo_frame, preserve_index=False), tmp_path / "one-group.parquet")
     ref = gpucurate.run([str(one)], tmp_path / "o1", overrides=Q + ["run.workers=1"])
     runs = [
         gpucurate.run([str(split_dir)], tmp_path / "o2", overrides=Q + ["run.workers=2"]),
@@ -133,10 +134,16 @@ def test_same_annotations_whatever_the_split_and_workers(tmp_path, demo_frame):
                       overrides=Q + ["run.workers=2", "input.partition_rows=200"]),
         # one partition, two threads inside the task
         gpucurate.run([str(one)], tmp_path / "o5", overrides=Q + ["run.workers=2"]),
+        # row groups joined up to partition_bytes of text, and one big row group read in row slices
+        gpucurate.run([str(tmp_path / "all.parquet")], tmp_path / "o6",
+                      overrides=Q + ["run.workers=2", "input.partition_bytes=700000"]),
+        gpucurate.run([str(tmp_path / "one-group.parquet")], tmp_path / "o7",
+                      overrides=Q + ["run.workers=2", "input.partition_bytes=200000"]),
     ]
     assert runs[1]["stages"]["input"]["partitions"] > 10 and runs[2]["stages"]["input"]["partitions"] > 5
+    assert 1 < runs[4]["stages"]["input"]["partitions"] < 1500 / 128 and runs[5]["stages"]["input"]["partitions"] > 5
     expected = _ann_bytes(tmp_path / "o1")
-    for name in ("o2", "o3", "o4", "o5"):
+    for name in ("o2", "o3", "o4", "o5", "o6", "o7"):
         pd.testing.assert_frame_equal(_ann_bytes(tmp_path / name), expected)
     assert ref["stages"]["fuzzy"]["duplicates"] == runs[0]["stages"]["fuzzy"]["duplicates"]
 

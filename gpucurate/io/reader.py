@@ -62,6 +62,8 @@ class PartitionSpec:
     first_line: int = 0
     row_groups: tuple = ()
     first_row: int = 0
+    #: rows ``(start, stop)`` of the row groups read (a row group larger than the partition size is split)
+    row_slice: Optional[tuple] = None
 
 
 @dataclass
@@ -171,6 +173,42 @@ def _plan_jsonl_plain(fs, path, size, target) -> list[tuple[int, int, int]]:
     return ranges
 
 
+def _plan_parquet(meta, cfg: InputConfig, first_index: int, common: dict) -> list[PartitionSpec]:
+    """Row groups together up to ``input.partition_rows`` rows or ``input.partition_bytes`` of text (the
+    text column's uncompressed size); a row group larger than that is read in row slices."""
+    text_col = next((k for k in range(meta.num_columns) if meta.schema.column(k).path == cfg.text_field), None)
+    specs: list[PartitionSpec] = []
+
+    def add(**kw):
+        specs.append(PartitionSpec(first_index + len(specs), **kw, **common))
+    group, rows, nbytes, first = [], 0, 0, 0
+    for g in range(meta.num_row_groups):
+        rg = meta.row_group(g)
+        size = rg.column(text_col).total_uncompressed_size if text_col is not None else rg.total_byte_size
+        pieces = max(-(-size // cfg.partition_bytes), -(-rg.num_rows // cfg.partition_rows))
+        if pieces > 1:  # a row group larger than a partition: slices of it
+            if group:
+                add(row_groups=tuple(group), first_row=first)
+                first += rows
+                group, rows, nbytes = [], 0, 0
+            cuts = np.linspace(0, rg.num_rows, pieces + 1).astype(np.int64)
+            for a, b in zip(cuts[:-1], cuts[1:]):
+                if b > a:
+                    add(row_groups=(g,), first_row=first + int(a), row_slice=(int(a), int(b)))
+            first += rg.num_rows
+            continue
+        if group and (rows + rg.num_rows > cfg.partition_rows or nbytes + size > cfg.partition_bytes):
+            add(row_groups=tuple(group), first_row=first)
+            first += rows
+            group, rows, nbytes = [], 0, 0
+        group.append(g)
+        rows += rg.num_rows
+        nbytes += size
+    if group:
+        add(row_groups=tuple(group), first_row=first)
+    return specs
+
+
 def plan_partitions(inputs: list[str], cfg: InputConfig, report: dict) -> list[PartitionSpec]:
     """Expand inputs and cut them into partitions. ``report`` collects ``skipped`` and ``empty_files``."""
     skipped = report.setdefault("skipped", [])
@@ -197,14 +235,7 @@ def plan_partitions(inputs: list[str], cfg: InputConfig, report: dict) -> list[P
                 if meta.num_rows == 0:
                     empty.append(path)
                     continue
-                group, rows, first = [], 0, 0
-                for g in range(meta.num_row_groups):
-                    group.append(g)
-                    rows += meta.row_group(g).num_rows
-                    if rows >= cfg.partition_rows or g == meta.num_row_groups - 1:
-                        specs.append(PartitionSpec(len(specs), row_groups=tuple(group), first_row=first, **common))
-                        first += rows
-                        group, rows = [], 0
+                specs.extend(_plan_parquet(meta, cfg, len(specs), common))
             elif comp is None:
                 for start, end, line in _plan_jsonl_plain(fs, fpath, size, cfg.partition_bytes):
                     specs.append(PartitionSpec(len(specs), byte_start=start, byte_end=end, first_line=line, **common))
@@ -377,6 +408,8 @@ def _load_parquet(spec: PartitionSpec, cfg: InputConfig) -> LoadedPartition:
     try:
         with fs.open(fpath, "rb") as fh:
             table = pq.ParquetFile(fh).read_row_groups(list(spec.row_groups))
+        if spec.row_slice is not None:
+            table = table.slice(spec.row_slice[0], spec.row_slice[1] - spec.row_slice[0])
     except Exception as exc:
         raise InputError(f"cannot read Parquet row groups {list(spec.row_groups)} ({_first_line(exc)})",
                          spec.path) from None

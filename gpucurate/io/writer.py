@@ -71,6 +71,20 @@ def write_table(table: pa.Table, path: Path, cfg: Config) -> None:
     pq.write_table(table, path, compression=_compression(cfg))
 
 
+def write_batches(batches, path: Path, cfg: Config) -> None:
+    """One Parquet file from an iterable of Arrow tables of one schema (empty ones add no row group)."""
+    writer = None
+    try:
+        for batch in batches:
+            if writer is None:
+                writer = pq.ParquetWriter(path, batch.schema, compression=_compression(cfg))
+            if batch.num_rows or writer is None:
+                writer.write_table(batch)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
 def write_json(data: dict, path: Path) -> None:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")

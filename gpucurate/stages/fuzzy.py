@@ -99,6 +99,9 @@ class FuzzyResult:
     rows_per_band: int
     stats: dict
     boilerplate_hashes: np.ndarray | None = None  # uint64 sorted shingle hashes left out as boilerplate
+    #: with components on Dask: the edges as a Dask DataFrame ``(i, j, score)`` in ``(i, j)`` order across
+    #: its partitions (``edge_i``, ``edge_j`` and ``edge_score`` are then empty)
+    edge_frames: object = None
 
 
 def remove_hashes(offsets: np.ndarray, values: np.ndarray, common: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -266,35 +269,92 @@ class FuzzyDedup:
                            self.score_kind, threshold, self.bands, self.rows_per_band, stats, sk.boilerplate)
 
     def _run_dask(self, ddf, table: DocTable, participants: np.ndarray, executor: Executor) -> FuzzyResult:
-        """LSH, verification and the members' similarity on Dask; components on the edge list here."""
-        from .fuzzy_dask import distributed_candidates, pair_scores
+        """LSH, verification and the members' similarity on Dask; components on the driver's edge list, or
+        on Dask when there are more than ``fuzzy.driver_max_pairs`` candidate pairs."""
+        from .fuzzy_dask import distributed_candidates, gather_edges
         params = self.params()
-        pk = self.backend.pairs
-        pi, pj, scores, sets, steps = distributed_candidates(ddf, table, participants, params, self.backend,
-                                                             self.cfg, executor)
+        scored, n_pairs, sets, steps = distributed_candidates(ddf, table, participants, params, self.backend,
+                                                              self.cfg, executor)
         t0 = time.perf_counter()
         rows = np.flatnonzero(participants).astype(np.int64)
+        on_dask = self.cfg.components == "dask" or (self.cfg.components == "auto"
+                                                    and n_pairs > self.cfg.driver_max_pairs)
+        log.info("fuzzy: %d candidate pairs (%.1f MB as an edge list); components on %s", n_pairs, n_pairs * 24 / 1e6,
+                 "Dask (min-label propagation)" if on_dask else "the driver")
+        if on_dask:
+            result = self._cluster_on_dask(scored, n_pairs, sets, table, rows, ddf.npartitions, executor)
+        else:
+            pi, pj, scores = gather_edges(scored, executor)
+            result = self._cluster_edges(table, rows, pi, pj, scores, sets, executor)
+        steps["cluster"] = time.perf_counter() - t0
+        result.stats.update(lsh="dask", components="dask" if on_dask else "driver",
+                            step_seconds={k: round(v, 4) for k, v in steps.items()})
+        return result
+
+    def _finish(self, table: DocTable, rows: np.ndarray, labels: np.ndarray, n_pairs: int, n_edges: int,
+                similarity_of) -> tuple[np.ndarray, np.ndarray, dict]:
+        """Canonicals of the components ``labels`` (int[m] over the participants ``rows``) and each
+        member's similarity to its canonical (``similarity_of(member_idx, canon_idx) -> float64[]``)."""
         m = len(rows)
-        li, lj = np.searchsorted(rows, pi), np.searchsorted(rows, pj)
-        edge = scores >= self.cfg.threshold - 1e-12
-        labels = pk.components(m, li[edge], lj[edge])
         canon_local = np.searchsorted(rows, canonicals(labels, rows, table.policy_key(self.policy)[rows]))
         similarity = np.ones(m, dtype=np.float64)
         members = np.flatnonzero(canon_local != np.arange(m))
-        if len(members):  # the stored score when the pair was a candidate, else joined and computed
-            pos = index_of(pack_pairs(li, lj), pack_pairs(members, canon_local[members]))
-            found = pos >= 0
-            similarity[members[found]] = scores[pos[found]]
-            miss = members[~found]
-            similarity[miss] = pair_scores(sets, rows[miss], rows[canon_local[miss]], pk.jaccard_pairs, executor)
-        steps["cluster"] = time.perf_counter() - t0
+        if len(members):
+            similarity[members] = similarity_of(members, canon_local[members])
         stats = {"documents": int(m), "method": self.cfg.method, "bands": self.bands, "rows": self.rows_per_band,
-                 "lsh": "dask", "candidate_pairs": int(len(pi)), "edges": int(edge.sum()),
-                 "step_seconds": {k: round(v, 4) for k, v in steps.items()},
+                 "candidate_pairs": int(n_pairs), "edges": int(n_edges),
                  "clusters": int(len(np.unique(labels[members]))) if len(members) else 0,
                  "duplicates": int(len(members))}
+        return canon_local, similarity, stats
+
+    def _cluster_edges(self, table, rows, pi, pj, scores, sets, executor) -> FuzzyResult:
+        """Components of the gathered edge list (table rows, sorted by ``(i, j)``)."""
+        from .fuzzy_dask import pair_scores
+        pk = self.backend.pairs
+        li, lj = np.searchsorted(rows, pi), np.searchsorted(rows, pj)
+        edge = scores >= self.cfg.threshold - 1e-12
+        labels = pk.components(len(rows), li[edge], lj[edge])
+
+        def similarity_of(members, canon):  # the stored score when the pair was a candidate, else joined
+            out = np.empty(len(members))
+            pos = index_of(pack_pairs(li, lj), pack_pairs(members, canon))
+            out[pos >= 0] = scores[pos[pos >= 0]]
+            miss = pos < 0
+            out[miss] = pair_scores(sets, table.part_offsets, rows[members[miss]], rows[canon[miss]],
+                                    pk.jaccard_pairs, executor)
+            return out
+        canon_local, similarity, stats = self._finish(table, rows, labels, len(pi), int(edge.sum()), similarity_of)
         return FuzzyResult(rows, rows[canon_local], similarity, pi, pj, scores, self.score_kind,
                            self.score_threshold, self.bands, self.rows_per_band, stats, None)
+
+    def _cluster_on_dask(self, scored, n_pairs, sets, table, rows, npartitions, executor) -> FuzzyResult:
+        """Components by min-label propagation on Dask; only per-participant labels reach the driver, and the
+        edges stay on the workers until ``edges.parquet`` is written."""
+        from .components import _divisions, dask_components
+        from .fuzzy_dask import pair_scores, sorted_edges, stored_scores
+        # range-partitioned on i once: read in order for edges.parquet, searched partition-wise for scores
+        divisions = _divisions(table.n, npartitions)
+        t0 = time.perf_counter()
+        scored = executor.persist(sorted_edges(scored, divisions), "fuzzy: sort edges (dask)")
+        log.info("fuzzy: edges sorted on Dask in %.1f s", time.perf_counter() - t0)
+        edges = scored[scored["score"] >= self.cfg.threshold - 1e-12]
+        n_edges = int(sum(executor.compute([dask.delayed(len)(p) for p in edges.to_delayed()], "fuzzy: count edges")))
+        # a few hundred thousand edges a partition: each round's shuffles cost per partition
+        nodes, roots = dask_components(edges, table.n, executor, max(1, min(npartitions, n_edges // 500_000 + 1)))
+        labels = np.arange(len(rows), dtype=np.int64)
+        labels[np.searchsorted(rows, nodes)] = np.searchsorted(rows, roots)
+
+        def similarity_of(members, canon):
+            out = stored_scores(scored, divisions, rows[members], rows[canon], executor)
+            miss = np.isnan(out)
+            out[miss] = pair_scores(sets, table.part_offsets, rows[members[miss]], rows[canon[miss]],
+                                    self.backend.pairs.jaccard_pairs, executor)
+            return out
+        canon_local, similarity, stats = self._finish(table, rows, labels, n_pairs, n_edges, similarity_of)
+        empty = np.empty(0, np.int64)
+        return FuzzyResult(rows, rows[canon_local], similarity, empty, empty, np.empty(0), self.score_kind,
+                           self.score_threshold, self.bands, self.rows_per_band, stats, None,
+                           edge_frames=scored)
 
     def _drop_boilerplate(self, offsets: np.ndarray, values: np.ndarray, m: int):
         """Remove the shingles contained in more than ``boilerplate_max_df`` of the ``m`` documents.

@@ -4,9 +4,10 @@ do not fit in one process.
 Sketches stay on the workers. Band entries ``(bucket key, row)`` are shuffled by key, each output
 partition walks its buckets with the same kernel as the driver path (all pairs up to
 ``fuzzy.max_bucket_size`` members, anchors beyond), pairs are shuffled again to drop repeats, and each
-pair is verified after two joins with the shingle sets (as Arrow list columns). Only the scored pairs come
-back to the driver, where connected components run on the edge list (its size is logged). The candidate
-pairs, scores and therefore the annotations equal the driver path's (tested).
+pair is verified after two joins with the shingle sets (as Arrow list columns). Connected components then
+run either on the driver over the gathered edge list, or on Dask (``stages.components``) when the edge
+list is larger than ``fuzzy.driver_max_pairs`` (``fuzzy.components``). The candidate pairs, scores and
+therefore the annotations equal the driver path's either way (tested).
 """
 
 from __future__ import annotations
@@ -20,17 +21,18 @@ import pandas as pd
 import pyarrow as pa
 
 from ..executor import Executor
-from ..kernels.pairs import bucket_pairs
+from ..kernels.pairs import bucket_pairs, index_of, pack_pairs
 from .fuzzy import FuzzyParams, signature_partition
 
 log = logging.getLogger("gpucurate")
 
 _LIST = pd.ArrowDtype(pa.list_(pa.uint64()))
-#: candidate pairs per partition of the verification joins (each row carries both shingle sets)
-JOIN_PAIRS_PER_PARTITION = 20_000
 BANDS_META = pd.DataFrame({"key": pd.Series([], dtype=np.uint64), "row": pd.Series([], dtype=np.int64)})
 SETS_META = pd.DataFrame({"row": pd.Series([], dtype=np.int64), "shingles": pd.Series([], dtype=_LIST)})
 PAIRS_META = pd.DataFrame({"pair": pd.Series([], dtype=np.uint64)})
+_LOCATED_META = pd.DataFrame({k: pd.Series([], dtype=np.int64) for k in ("i", "j", "pi", "pj")})
+_SENT_META = pd.DataFrame({"j": pd.Series([], dtype=np.int64), "pi": pd.Series([], dtype=np.int64),
+                           "shingles": pd.Series([], dtype=_LIST)})
 SCORED_META = pd.DataFrame({"i": pd.Series([], dtype=np.int64), "j": pd.Series([], dtype=np.int64),
                             "score": pd.Series([], dtype=np.float64)})
 
@@ -63,36 +65,84 @@ def _unique_pairs(df: pd.DataFrame) -> pd.DataFrame:
                          "j": (pairs & np.uint64(0xFFFFFFFF)).astype(np.int64)})
 
 
-def _jaccard(df: pd.DataFrame, jaccard_pairs) -> pd.DataFrame:
-    """Exact Jaccard of each joined pair (``shingles_i``, ``shingles_j`` list columns)."""
-    n = len(df)
-    if n == 0:
+def _part_of(offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    return np.searchsorted(offsets, rows, side="right") - 1
+
+
+def _with_parts(df: pd.DataFrame, offsets: np.ndarray) -> pd.DataFrame:
+    i, j = df["i"].to_numpy(np.int64), df["j"].to_numpy(np.int64)
+    return pd.DataFrame({"i": i, "j": j, "pi": _part_of(offsets, i), "pj": _part_of(offsets, j)})
+
+
+def _check_part(index: pd.Index, q: int) -> None:
+    if len(index) and not (index.to_numpy() == q).all():  # a bug, not bad input
+        raise RuntimeError(f"pairs of partition {q} were shuffled to another partition")
+
+
+def _positions(sets: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """Index in ``sets`` (rows ascending) of each of ``rows``."""
+    return np.searchsorted(sets["row"].to_numpy(np.int64), rows)
+
+
+def _lists(column) -> pa.ListArray:
+    return pa.chunked_array(column.array._pa_array, type=pa.list_(pa.uint64())).combine_chunks()
+
+
+def _send_sets(pairs: pd.DataFrame, sets: pd.DataFrame, q: int) -> pd.DataFrame:
+    """Pairs whose ``j`` is in partition ``q``: the shingle set of each ``j``, once per partition ``pi`` of
+    its partners."""
+    _check_part(pairs.index, q)
+    wanted = pairs[["j", "pi"]].drop_duplicates()
+    shingles = _lists(sets["shingles"]).take(pa.array(_positions(sets, wanted["j"].to_numpy(np.int64))))
+    return pd.DataFrame({"j": wanted["j"].to_numpy(np.int64), "pi": wanted["pi"].to_numpy(np.int64),
+                         "shingles": pd.arrays.ArrowExtensionArray(shingles)})
+
+
+def _verify(pairs: pd.DataFrame, received: pd.DataFrame, sets: pd.DataFrame, q: int, jaccard_pairs) -> pd.DataFrame:
+    """Exact Jaccard of the pairs whose ``i`` is in partition ``q``: ``i``'s set from this partition's
+    ``sets``, ``j``'s from the sets ``received``."""
+    _check_part(pairs.index, q)
+    if len(pairs) == 0:
         return SCORED_META.copy()
-    a = pa.chunked_array(df["shingles_i"].array._pa_array).combine_chunks()
-    b = pa.chunked_array(df["shingles_j"].array._pa_array).combine_chunks()
-    both = pa.concat_arrays([a, b])
+    both = pa.concat_arrays([_lists(sets["shingles"]), _lists(received["shingles"])])
     offsets = np.asarray(both.offsets, dtype=np.int64)
     values = np.asarray(both.values.to_numpy(zero_copy_only=False), dtype=np.uint64)
-    local = np.arange(n, dtype=np.int64)
-    score = jaccard_pairs(offsets - offsets[0], values[offsets[0]:], local, local + n)
-    return pd.DataFrame({"i": df["i"].to_numpy(np.int64), "j": df["j"].to_numpy(np.int64), "score": score})
+    i, j = pairs["i"].to_numpy(np.int64), pairs["j"].to_numpy(np.int64)
+    a = _positions(sets, i)
+    b = len(sets) + index_of(received["j"].to_numpy(np.int64), j)
+    score = jaccard_pairs(offsets - offsets[0], values[offsets[0]:], a, b)
+    return pd.DataFrame({"i": i, "j": j, "score": score})
 
 
-def scored_pairs(sets, pairs, jaccard_pairs, npartitions: int):
-    """Dask DataFrame ``(i, j, score)``: each pair joined with both shingle sets, then verified."""
-    left = sets.rename(columns={"row": "i", "shingles": "shingles_i"})
-    right = sets.rename(columns={"row": "j", "shingles": "shingles_j"})
-    # task-based shuffles: distributed's P2P shuffle cannot carry Arrow list columns back to pandas
-    joined = pairs.merge(left, on="i", how="inner", npartitions=npartitions, shuffle_method="tasks")
-    joined = joined.merge(right, on="j", how="inner", npartitions=npartitions, shuffle_method="tasks")
-    return joined.map_partitions(_jaccard, jaccard_pairs, meta=SCORED_META)
+def scored_pairs(sets, offsets: np.ndarray, pairs, jaccard_pairs):
+    """Dask DataFrame ``(i, j, score)``: the exact Jaccard of each pair of table rows in ``pairs``.
+
+    ``sets`` partition ``q`` holds the shingle sets of table rows ``offsets[q]:offsets[q + 1]`` (ascending)
+    and never moves. The pairs (16 bytes each) go to the partition of ``j``, which sends ``j``'s set once to
+    each partition holding one of its partners ``i``; there each pair is scored. So a set travels at most
+    once to each partition that needs it, instead of once per pair.
+    """
+    import dask.dataframe as dd
+    nparts = sets.npartitions
+    divisions = tuple(range(nparts + 1))  # value q -> partition q
+    located = pairs.map_partitions(_with_parts, offsets, meta=_LOCATED_META)
+    by_j = located.set_index("pj", divisions=divisions)
+    sent = dd.from_delayed([dask.delayed(_send_sets)(p, s, q) for q, (p, s) in
+                            enumerate(zip(by_j.to_delayed(), sets.to_delayed()))], meta=_SENT_META,
+                           verify_meta=False)
+    # task-based shuffle: distributed's P2P shuffle cannot carry Arrow list columns back to pandas
+    received = sent.set_index("pi", divisions=divisions, shuffle_method="tasks")
+    by_i = located.set_index("pi", divisions=divisions)
+    return dd.from_delayed([dask.delayed(_verify)(p, r, s, q, jaccard_pairs) for q, (p, r, s) in
+                            enumerate(zip(by_i.to_delayed(), received.to_delayed(), sets.to_delayed()))],
+                           meta=SCORED_META, verify_meta=False)
 
 
 def distributed_candidates(ddf, table, participants: np.ndarray, params: FuzzyParams, backend, cfg,
                            executor: Executor):
-    """Candidate pairs and their scores computed by Dask; returns ``(pi, pj, scores, sets, steps)`` with
-    pairs as table rows sorted by ``(i, j)`` and ``sets`` the persisted shingle-set collection (for the
-    members' similarity to their canonical)."""
+    """Candidate pairs and their scores computed by Dask; returns ``(scored, n_pairs, sets, steps)``:
+    ``scored`` the persisted Dask DataFrame ``(i, j, score)`` of table rows (``i < j``), ``sets`` the
+    persisted shingle sets (for the members' similarity to their canonical)."""
     import dask.dataframe as dd
     steps = {}
     t0 = time.perf_counter()
@@ -103,35 +153,88 @@ def distributed_candidates(ddf, table, participants: np.ndarray, params: FuzzyPa
     bands = dd.from_delayed([f[0] for f in frames], meta=BANDS_META, verify_meta=False)
     sets = dd.from_delayed([f[1] for f in frames], meta=SETS_META, verify_meta=False)
     sets = executor.persist(sets, "fuzzy: minhash")
+    steps["minhash"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
     nparts = max(1, ddf.npartitions)
     pairs = bands.shuffle("key", npartitions=nparts).map_partitions(
         _bucket_pairs, cfg.max_bucket_size, cfg.bucket_anchors, meta=PAIRS_META)
     pairs = pairs.shuffle("pair", npartitions=nparts).map_partitions(
         _unique_pairs, meta=pd.DataFrame({"i": pd.Series([], dtype=np.int64), "j": pd.Series([], dtype=np.int64)}))
-    # the joins carry two shingle sets per pair: size their partitions by the number of pairs
     pairs = executor.persist(pairs, "fuzzy: candidate pairs (dask)")
     n_pairs = int(sum(executor.compute([dask.delayed(len)(p) for p in pairs.to_delayed()], "fuzzy: count pairs")))
-    join_parts = max(nparts, n_pairs // JOIN_PAIRS_PER_PARTITION + 1)
-    scored = scored_pairs(sets, pairs, backend.pairs.jaccard_pairs, join_parts)
-    parts = executor.compute(scored.to_delayed(), "fuzzy: lsh + verify (dask)")
-    steps["lsh+verify"] = time.perf_counter() - t0
+    steps["lsh"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    scored = executor.persist(scored_pairs(sets, table.part_offsets, pairs, backend.pairs.jaccard_pairs),
+                              "fuzzy: verify (dask)")
+    steps["verify"] = time.perf_counter() - t0
+    return scored, n_pairs, sets, steps
+
+
+def gather_edges(scored, executor: Executor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The scored pairs on the driver, sorted by ``(i, j)``."""
+    parts = executor.compute(scored.to_delayed(), "fuzzy: gather edges")
     edges = pd.concat(parts, ignore_index=True) if parts else SCORED_META.copy()
     order = np.lexsort((edges["j"].to_numpy(), edges["i"].to_numpy()))
-    pi, pj = edges["i"].to_numpy()[order], edges["j"].to_numpy()[order]
-    scores = edges["score"].to_numpy()[order]
-    log.info("fuzzy: %d candidate pairs verified on Dask; components run on the edge list (%.1f MB) here",
-             len(pi), (pi.nbytes + pj.nbytes + scores.nbytes) / 1e6)
-    return pi, pj, scores, sets, steps
+    return (edges["i"].to_numpy()[order], edges["j"].to_numpy()[order], edges["score"].to_numpy()[order])
 
 
-def pair_scores(sets, pi: np.ndarray, pj: np.ndarray, jaccard_pairs, executor: Executor) -> np.ndarray:
-    """Scores of the given pairs of table rows (a member and its canonical), by the same joins."""
+def _sort_pairs(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.reset_index()
+    order = np.lexsort((df["j"].to_numpy(), df["i"].to_numpy()))
+    return df.iloc[order].reset_index(drop=True)[["i", "j", "score"]]
+
+
+def sorted_edges(scored, divisions: tuple):
+    """``scored`` range-partitioned on ``i`` by ``divisions`` and sorted by ``(i, j)`` within each partition,
+    so reading the partitions in order gives the driver path's edge order."""
+    return scored.set_index("i", divisions=divisions).map_partitions(_sort_pairs, meta=SCORED_META)
+
+
+def _lookup(edges: pd.DataFrame, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    pos = index_of(pack_pairs(edges["i"].to_numpy(), edges["j"].to_numpy()), pack_pairs(i, j))
+    return np.where(pos >= 0, edges["score"].to_numpy()[np.maximum(pos, 0)], np.nan)
+
+
+def stored_scores(edges, divisions: tuple, a: np.ndarray, b: np.ndarray, executor: Executor) -> np.ndarray:
+    """float64 score of each pair ``(a, b)`` of table rows among ``edges`` (``sorted_edges``: range-partitioned
+    on ``i`` by ``divisions``), NaN where absent. Each partition is searched only for its own rows."""
+    out = np.full(len(a), np.nan)
+    if len(a) == 0:
+        return out
+    i, j = np.minimum(a, b).astype(np.int64), np.maximum(a, b).astype(np.int64)
+    nparts = edges.npartitions
+    part = np.clip(np.searchsorted(np.asarray(divisions), i, side="right") - 1, 0, nparts - 1)
+    order = np.argsort(part, kind="stable")
+    bounds = np.searchsorted(part[order], np.arange(nparts + 1))
+    tasks, where = [], []
+    for k, piece in enumerate(edges.to_delayed()):
+        sel = order[bounds[k]:bounds[k + 1]]
+        if len(sel):
+            tasks.append(dask.delayed(_lookup)(piece, i[sel], j[sel]))
+            where.append(sel)
+    for sel, scores in zip(where, executor.compute(tasks, "fuzzy: stored similarity (dask)")):
+        out[sel] = scores
+    return out
+
+
+def _select_rows(sets: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
+    return sets[np.isin(sets["row"].to_numpy(), rows)]
+
+
+def pair_scores(sets, offsets: np.ndarray, pi: np.ndarray, pj: np.ndarray, jaccard_pairs,
+                executor: Executor) -> np.ndarray:
+    """Scores of the given pairs of table rows (a member and its canonical), by the same joins over only the
+    shingle sets these pairs need (``sets`` partition ``p`` holds rows ``offsets[p]:offsets[p + 1]``)."""
     import dask.dataframe as dd
     if len(pi) == 0:
         return np.empty(0, np.float64)
+    needed = np.unique(np.concatenate([pi, pj]).astype(np.int64))
+    cuts = np.searchsorted(needed, offsets)
+    few = dd.from_delayed([dask.delayed(_select_rows)(part, needed[cuts[p]:cuts[p + 1]])
+                           for p, part in enumerate(sets.to_delayed())], meta=SETS_META, verify_meta=False)
     frame = pd.DataFrame({"i": pi.astype(np.int64), "j": pj.astype(np.int64)})
-    pairs = dd.from_pandas(frame, npartitions=max(1, min(sets.npartitions, len(frame) // 10_000 + 1)))
-    scored = pd.concat(executor.compute(scored_pairs(sets, pairs, jaccard_pairs, sets.npartitions).to_delayed(),
+    pairs = dd.from_pandas(frame, npartitions=max(1, min(few.npartitions, len(frame) // 100_000 + 1)))
+    scored = pd.concat(executor.compute(scored_pairs(few, offsets, pairs, jaccard_pairs).to_delayed(),
                                         "fuzzy: similarity to canonicals (dask)"), ignore_index=True)
     at = pd.MultiIndex.from_frame(scored[["i", "j"]]).get_indexer(pd.MultiIndex.from_frame(frame))
     return scored["score"].to_numpy()[at]
