@@ -124,7 +124,8 @@ def write_corpus(folder: Path, target_bytes: int, seed: int = 0, shard_bytes: in
     rng = np.random.default_rng(seed)
     vocab, ranges = _vocabulary(rng)
     folder.mkdir(parents=True, exist_ok=True)
-    docs = text_bytes = families = shards = 0
+    docs = text_bytes = families = shards = writer_bytes = 0
+    writer = None
     while text_bytes < target_bytes:
         # ~2.7 documents of ~1.5 KB (UTF-8) a family; small chunks near the end keep the size close
         per_chunk = int(max(20, min(20_000, (target_bytes - text_bytes) // 4_000)))
@@ -135,8 +136,8 @@ def write_corpus(folder: Path, target_bytes: int, seed: int = 0, shard_bytes: in
         table = pa.table({"id": pa.array(np.arange(docs, docs + len(texts)), pa.int64()), "text": texts,
                           "family": pa.array(fam, pa.int64()), "kind": kind, "lang": lang})
         rows_per_group = max(1, int(len(texts) * ROW_GROUP_BYTES / max(nbytes, 1)))
-        if shards == 0 or writer_bytes >= shard_bytes:
-            if shards:
+        if writer is None or writer_bytes >= shard_bytes:
+            if writer is not None:
                 writer.close()
             writer = pq.ParquetWriter(folder / f"part-{shards:05d}.parquet", table.schema, compression="zstd")
             shards += 1

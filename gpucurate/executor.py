@@ -67,6 +67,8 @@ class Executor:
             except (OSError, TimeoutError) as exc:
                 raise ConfigError(f"cannot connect to Dask scheduler {scheduler}: {str(exc).splitlines()[0]}") from None
             self.workers = max(1, sum(self.client.nthreads().values()))
+            from .worker_plugin import TrimMemory
+            self.client.register_plugin(TrimMemory(), name="gpucurate-trim-memory")
 
     def _start_cuda_cluster(self) -> str | None:
         """With dask-cuda installed and several GPUs visible: one worker per GPU (``LocalCUDACluster``).

@@ -182,6 +182,10 @@ def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Tim
     if semantic_enabled(cfg.semantic):
         if cfg.semantic.enabled is None:
             log.info("semantic stage on because the encoder is installed (--set semantic.enabled=false skips it)")
+        if executor.client is not None:
+            log.warning("semantic: the texts of the %d documents it compares are gathered to this process and "
+                        "embedded here, not on the Dask workers; this process needs memory for them and their "
+                        "embeddings", int(canonical.sum()))
         with timer("semantic"):
             semantic = SemanticDedup(cfg.semantic, cfg.canonical.policy, backend, cfg.run.progress).run(
                 ddf, table, canonical, exact.hashes, executor)

@@ -26,7 +26,8 @@ _MESSAGES = pd.DataFrame({"b": pd.Series([], dtype=np.int64), "label": pd.Series
 _CHANGED = pd.Series([], dtype=np.int64)
 
 
-def _divisions(n_rows: int, npartitions: int) -> tuple:
+def row_divisions(n_rows: int, npartitions: int) -> tuple:
+    """Divisions that range-partition table rows ``0 <= row < n_rows`` into about ``npartitions``."""
     bounds = np.unique(np.linspace(0, max(n_rows - 1, 1), max(1, npartitions) + 1).astype(np.int64))
     return tuple(int(b) for b in bounds) if len(bounds) > 1 else (0, max(n_rows - 1, 1))
 
@@ -81,7 +82,7 @@ def dask_components(edges, n_rows: int, executor: Executor, npartitions: int) ->
     row's label the smallest row of its component. Rows without an edge are their own component.
     """
     import dask.dataframe as dd
-    divisions = _divisions(n_rows, npartitions)
+    divisions = row_divisions(n_rows, npartitions)
     both = dd.concat([edges[["i", "j"]].rename(columns={"i": "a", "j": "b"}),
                       edges[["j", "i"]].rename(columns={"j": "a", "i": "b"})])
     adj = executor.persist(both.set_index("a", divisions=divisions), "components: adjacency")

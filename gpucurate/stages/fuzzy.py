@@ -330,17 +330,17 @@ class FuzzyDedup:
     def _cluster_on_dask(self, scored, n_pairs, sets, table, rows, npartitions, executor) -> FuzzyResult:
         """Components by min-label propagation on Dask; only per-participant labels reach the driver, and the
         edges stay on the workers until ``edges.parquet`` is written."""
-        from .components import _divisions, dask_components
+        from .components import dask_components, row_divisions
+        from . import fuzzy_dask
         from .fuzzy_dask import pair_scores, sorted_edges, stored_scores
         # range-partitioned on i once: read in order for edges.parquet, searched partition-wise for scores
-        divisions = _divisions(table.n, npartitions)
+        divisions = row_divisions(table.n, max(1, min(npartitions, n_pairs // fuzzy_dask.EDGES_PER_PARTITION + 1)))
         t0 = time.perf_counter()
         scored = executor.persist(sorted_edges(scored, divisions), "fuzzy: sort edges (dask)")
-        log.info("fuzzy: edges sorted on Dask in %.1f s", time.perf_counter() - t0)
         edges = scored[scored["score"] >= self.cfg.threshold - 1e-12]
         n_edges = int(sum(executor.compute([dask.delayed(len)(p) for p in edges.to_delayed()], "fuzzy: count edges")))
-        # a few hundred thousand edges a partition: each round's shuffles cost per partition
-        nodes, roots = dask_components(edges, table.n, executor, max(1, min(npartitions, n_edges // 500_000 + 1)))
+        log.info("fuzzy: %d edges sorted on Dask in %.1f s", n_edges, time.perf_counter() - t0)
+        nodes, roots = dask_components(edges, table.n, executor, len(divisions) - 1)
         labels = np.arange(len(rows), dtype=np.int64)
         labels[np.searchsorted(rows, nodes)] = np.searchsorted(rows, roots)
 

@@ -26,13 +26,15 @@ from .fuzzy import FuzzyParams, signature_partition
 
 log = logging.getLogger("gpucurate")
 
+#: candidate pairs a partition of the sorted edges and of the components (each round costs per partition)
+EDGES_PER_PARTITION = 500_000
 _LIST = pd.ArrowDtype(pa.list_(pa.uint64()))
 BANDS_META = pd.DataFrame({"key": pd.Series([], dtype=np.uint64), "row": pd.Series([], dtype=np.int64)})
 SETS_META = pd.DataFrame({"row": pd.Series([], dtype=np.int64), "shingles": pd.Series([], dtype=_LIST)})
 PAIRS_META = pd.DataFrame({"pair": pd.Series([], dtype=np.uint64)})
 _LOCATED_META = pd.DataFrame({k: pd.Series([], dtype=np.int64) for k in ("i", "j", "pi", "pj")})
 _SENT_META = pd.DataFrame({"j": pd.Series([], dtype=np.int64), "pi": pd.Series([], dtype=np.int64),
-                           "shingles": pd.Series([], dtype=_LIST)})
+                           "shingles": pd.Series([], dtype=pd.ArrowDtype(pa.large_binary()))})
 SCORED_META = pd.DataFrame({"i": pd.Series([], dtype=np.int64), "j": pd.Series([], dtype=np.int64),
                             "score": pd.Series([], dtype=np.float64)})
 
@@ -88,6 +90,25 @@ def _lists(column) -> pa.ListArray:
     return pa.chunked_array(column.array._pa_array, type=pa.list_(pa.uint64())).combine_chunks()
 
 
+def _as_binary(sets: pa.ListArray) -> pa.LargeBinaryArray:
+    """Each uint64 set as one binary value of its 8-byte hashes: distributed's P2P shuffle carries binary
+    columns but not list columns."""
+    offsets = np.asarray(sets.offsets, dtype=np.int64)
+    values = np.asarray(sets.values.to_numpy(zero_copy_only=False), dtype=np.uint64)[offsets[0]:offsets[-1]]
+    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(sets), [
+        None, pa.py_buffer(((offsets - offsets[0]) * 8).tobytes()), pa.py_buffer(values.tobytes())])
+
+
+def _binary_csr(column) -> tuple[np.ndarray, np.ndarray]:
+    """``(offsets, values)`` of a binary column written by ``_as_binary``, offsets from 0."""
+    arr = pa.chunked_array(column.array._pa_array, type=pa.large_binary()).combine_chunks()
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=len(arr) + 1, offset=8 * arr.offset)
+    n = int(offsets[-1] - offsets[0]) // 8
+    values = np.frombuffer(arr.buffers()[2], dtype=np.uint64, count=n, offset=int(offsets[0])) if n \
+        else np.empty(0, np.uint64)
+    return (offsets - offsets[0]) // 8, values
+
+
 def _send_sets(pairs: pd.DataFrame, sets: pd.DataFrame, q: int) -> pd.DataFrame:
     """Pairs whose ``j`` is in partition ``q``: the shingle set of each ``j``, once per partition ``pi`` of
     its partners."""
@@ -95,7 +116,7 @@ def _send_sets(pairs: pd.DataFrame, sets: pd.DataFrame, q: int) -> pd.DataFrame:
     wanted = pairs[["j", "pi"]].drop_duplicates()
     shingles = _lists(sets["shingles"]).take(pa.array(_positions(sets, wanted["j"].to_numpy(np.int64))))
     return pd.DataFrame({"j": wanted["j"].to_numpy(np.int64), "pi": wanted["pi"].to_numpy(np.int64),
-                         "shingles": pd.arrays.ArrowExtensionArray(shingles)})
+                         "shingles": pd.arrays.ArrowExtensionArray(_as_binary(shingles))})
 
 
 def _verify(pairs: pd.DataFrame, received: pd.DataFrame, sets: pd.DataFrame, q: int, jaccard_pairs) -> pd.DataFrame:
@@ -104,23 +125,25 @@ def _verify(pairs: pd.DataFrame, received: pd.DataFrame, sets: pd.DataFrame, q: 
     _check_part(pairs.index, q)
     if len(pairs) == 0:
         return SCORED_META.copy()
-    both = pa.concat_arrays([_lists(sets["shingles"]), _lists(received["shingles"])])
-    offsets = np.asarray(both.offsets, dtype=np.int64)
-    values = np.asarray(both.values.to_numpy(zero_copy_only=False), dtype=np.uint64)
+    own = _lists(sets["shingles"])
+    own_offsets = np.asarray(own.offsets, dtype=np.int64)
+    own_values = np.asarray(own.values.to_numpy(zero_copy_only=False), dtype=np.uint64)[own_offsets[0]:own_offsets[-1]]
+    got_offsets, got_values = _binary_csr(received["shingles"])
+    offsets = np.concatenate([own_offsets - own_offsets[0], own_offsets[-1] - own_offsets[0] + got_offsets[1:]])
+    values = np.concatenate([own_values, got_values])
     i, j = pairs["i"].to_numpy(np.int64), pairs["j"].to_numpy(np.int64)
     a = _positions(sets, i)
     b = len(sets) + index_of(received["j"].to_numpy(np.int64), j)
-    score = jaccard_pairs(offsets - offsets[0], values[offsets[0]:], a, b)
-    return pd.DataFrame({"i": i, "j": j, "score": score})
+    return pd.DataFrame({"i": i, "j": j, "score": jaccard_pairs(offsets, values, a, b)})
 
 
 def scored_pairs(sets, offsets: np.ndarray, pairs, jaccard_pairs):
     """Dask DataFrame ``(i, j, score)``: the exact Jaccard of each pair of table rows in ``pairs``.
 
     ``sets`` partition ``q`` holds the shingle sets of table rows ``offsets[q]:offsets[q + 1]`` (ascending)
-    and never moves. The pairs (16 bytes each) go to the partition of ``j``, which sends ``j``'s set once to
-    each partition holding one of its partners ``i``; there each pair is scored. So a set travels at most
-    once to each partition that needs it, instead of once per pair.
+    and never moves. The pairs (16 bytes each) go to the partition of ``j``, which sends ``j``'s set (as
+    binary: P2P shuffles carry it) once to each partition holding one of its partners ``i``; there each
+    pair is scored. So a set travels at most once to each partition that needs it, instead of once per pair.
     """
     import dask.dataframe as dd
     nparts = sets.npartitions
@@ -130,8 +153,7 @@ def scored_pairs(sets, offsets: np.ndarray, pairs, jaccard_pairs):
     sent = dd.from_delayed([dask.delayed(_send_sets)(p, s, q) for q, (p, s) in
                             enumerate(zip(by_j.to_delayed(), sets.to_delayed()))], meta=_SENT_META,
                            verify_meta=False)
-    # task-based shuffle: distributed's P2P shuffle cannot carry Arrow list columns back to pandas
-    received = sent.set_index("pi", divisions=divisions, shuffle_method="tasks")
+    received = sent.set_index("pi", divisions=divisions)
     by_i = located.set_index("pi", divisions=divisions)
     return dd.from_delayed([dask.delayed(_verify)(p, r, s, q, jaccard_pairs) for q, (p, r, s) in
                             enumerate(zip(by_i.to_delayed(), received.to_delayed(), sets.to_delayed()))],
