@@ -23,7 +23,7 @@ log = logging.getLogger("gpucurate")
 
 _LABELS = pd.DataFrame({"label": pd.Series([], dtype=np.int64)}, index=pd.Index([], dtype=np.int64, name="node"))
 _MESSAGES = pd.DataFrame({"b": pd.Series([], dtype=np.int64), "label": pd.Series([], dtype=np.int64)})
-_CHANGED = pd.Series([], dtype=np.int64)
+_NODE_LABELS = pd.DataFrame({"node": pd.Series([], dtype=np.int64), "label": pd.Series([], dtype=np.int64)})
 
 
 def row_divisions(n_rows: int, npartitions: int) -> tuple:
@@ -66,13 +66,13 @@ def _ask(labels: pd.DataFrame) -> pd.DataFrame:
 def _answer(requests: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame:
     """``(node, label(label(node)))`` for the requests of one partition (indexed by the label asked)."""
     if len(requests) == 0:
-        return _MESSAGES.rename(columns={"b": "node"}).copy()
+        return _NODE_LABELS.copy()
     return pd.DataFrame({"node": requests["node"].to_numpy(np.int64),
                          "label": labels["label"].reindex(requests.index).to_numpy(np.int64)})
 
 
-def _changed(old: pd.DataFrame, new: pd.DataFrame) -> pd.Series:
-    return pd.Series([int((old["label"].to_numpy() != new["label"].reindex(old.index).to_numpy()).sum())])
+def _changed(old: pd.DataFrame, new: pd.DataFrame) -> int:
+    return int((old["label"].to_numpy() != new["label"].reindex(old.index).to_numpy()).sum())
 
 
 def dask_components(edges, n_rows: int, executor: Executor, npartitions: int) -> tuple[np.ndarray, np.ndarray]:
@@ -93,15 +93,14 @@ def dask_components(edges, n_rows: int, executor: Executor, npartitions: int) ->
         rounds += 1
         messages = adj.map_partitions(_messages, labels, meta=_MESSAGES).set_index("b", divisions=divisions)
         lowered = dd.map_partitions(_lower, labels, messages, meta=_LABELS)
-        requests = lowered.map_partitions(_ask, meta=_MESSAGES.rename(columns={"b": "node"})).set_index(
-            "label", divisions=divisions)
-        jumped = dd.map_partitions(_answer, requests, lowered, meta=_MESSAGES.rename(columns={"b": "node"}))
+        requests = lowered.map_partitions(_ask, meta=_NODE_LABELS).set_index("label", divisions=divisions)
+        jumped = dd.map_partitions(_answer, requests, lowered, meta=_NODE_LABELS)
         new = executor.persist(jumped.set_index("node", divisions=divisions), f"components: round {rounds}")
         changed = sum(executor.compute([dask.delayed(_changed)(o, n) for o, n in
                                         zip(labels.to_delayed(), new.to_delayed())], "components: compare"))
         labels = new
-        log.info("components on Dask: round %d, %d label(s) changed", rounds, int(changed.sum()))
-        if int(changed.sum()) == 0:
+        log.info("components on Dask: round %d, %d label(s) changed", rounds, changed)
+        if changed == 0:
             break
     parts = executor.compute(labels.to_delayed(), "components: collect")
     nodes = np.concatenate([p.index.to_numpy(np.int64) for p in parts] + [np.empty(0, np.int64)])
