@@ -97,8 +97,7 @@ class Executor:
                 return list(dask.compute(*tasks, scheduler="threads", num_workers=self.workers))
         from distributed import as_completed
         futures = self.client.compute(tasks)
-        with tqdm(total=len(futures), desc=desc, unit="part", file=sys.stderr, disable=not self.progress,
-                  leave=False) as bar:
+        with self._bar(len(futures), desc) as bar:
             for _ in as_completed(futures):
                 bar.update(1)
         return self.client.gather(futures)
@@ -107,8 +106,7 @@ class Executor:
         """Compute delayed ``tasks`` a few at a time (twice the threads), yielding results in order: for
         results that together would not fit in this process."""
         step = max(1, 2 * self.workers)
-        with tqdm(total=len(tasks), desc=desc, unit="part", file=sys.stderr, disable=not self.progress,
-                  leave=False) as bar:
+        with self._bar(len(tasks), desc) as bar:
             for start in range(0, len(tasks), step):
                 batch = tasks[start:start + step]
                 if self.client is None:
@@ -125,11 +123,13 @@ class Executor:
         from distributed import as_completed, futures_of
         persisted = self.client.persist(collection)
         futures = futures_of(persisted)  # wait here, so that step timings and failures belong to this step
-        with tqdm(total=len(futures), desc=desc, unit="part", file=sys.stderr, disable=not self.progress,
-                  leave=False) as bar:
+        with self._bar(len(futures), desc) as bar:
             for _ in as_completed(futures):
                 bar.update(1)
         return persisted
+
+    def _bar(self, total: int, desc: str):
+        return tqdm(total=total, desc=desc, unit="part", file=sys.stderr, disable=not self.progress, leave=False)
 
     def threads_per_task(self, n_tasks: int) -> int:
         """Threads one task may use itself: the spare local cores when there are fewer tasks than cores

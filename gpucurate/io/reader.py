@@ -181,31 +181,32 @@ def _plan_parquet(meta, cfg: InputConfig, first_index: int, common: dict) -> lis
 
     def add(**kw):
         specs.append(PartitionSpec(first_index + len(specs), **kw, **common))
-    group, rows, nbytes, first = [], 0, 0, 0
+    group, rows, nbytes, first = [], 0, 0, 0  # row groups gathered so far, their rows and text bytes
+
+    def flush():
+        nonlocal group, rows, nbytes, first
+        if group:
+            add(row_groups=tuple(group), first_row=first)
+            first += rows
+            group, rows, nbytes = [], 0, 0
     for g in range(meta.num_row_groups):
         rg = meta.row_group(g)
         size = rg.column(text_col).total_uncompressed_size if text_col is not None else rg.total_byte_size
         pieces = max(-(-size // cfg.partition_bytes), -(-rg.num_rows // cfg.partition_rows))
         if pieces > 1:  # a row group larger than a partition: slices of it
-            if group:
-                add(row_groups=tuple(group), first_row=first)
-                first += rows
-                group, rows, nbytes = [], 0, 0
+            flush()
             cuts = np.linspace(0, rg.num_rows, pieces + 1).astype(np.int64)
             for a, b in zip(cuts[:-1], cuts[1:]):
                 if b > a:
                     add(row_groups=(g,), first_row=first + int(a), row_slice=(int(a), int(b)))
             first += rg.num_rows
             continue
-        if group and (rows + rg.num_rows > cfg.partition_rows or nbytes + size > cfg.partition_bytes):
-            add(row_groups=tuple(group), first_row=first)
-            first += rows
-            group, rows, nbytes = [], 0, 0
+        if rows + rg.num_rows > cfg.partition_rows or nbytes + size > cfg.partition_bytes:
+            flush()
         group.append(g)
         rows += rg.num_rows
         nbytes += size
-    if group:
-        add(row_groups=tuple(group), first_row=first)
+    flush()
     return specs
 
 

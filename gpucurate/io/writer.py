@@ -78,7 +78,7 @@ def write_batches(batches, path: Path, cfg: Config) -> None:
         for batch in batches:
             if writer is None:
                 writer = pq.ParquetWriter(path, batch.schema, compression=_compression(cfg))
-            if batch.num_rows or writer is None:
+            if batch.num_rows:
                 writer.write_table(batch)
     finally:
         if writer is not None:

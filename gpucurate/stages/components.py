@@ -2,9 +2,10 @@
 pointer jumping.
 
 Nodes are table rows ``0 <= row < n_rows``. Every collection is range-partitioned on the node with the
-same divisions, so joins on a node are partition-wise; each round moves data through two shuffles:
-messages to the neighbours (edge ``a -> b`` carries ``label(a)`` to ``b``) and the pointer jump
-(``label <- label(label)``, which halves the distance to the root). A node's label is the smallest row of
+same divisions, so joins on a node are partition-wise; each round moves data through three shuffles:
+messages to the neighbours (edge ``a -> b`` carries ``label(a)`` to ``b``), and the pointer jump
+(``label <- label(label)``, which halves the distance to the root) as a request to the label's node and
+its answer back. A node's label is the smallest row of
 its component, whatever the partitioning, so the result is deterministic. Rounds are logged; they stop
 when no label changes (about log2 of the components' diameter, plus one).
 """

@@ -4,7 +4,8 @@ do not fit in one process.
 Sketches stay on the workers. Band entries ``(bucket key, row)`` are shuffled by key, each output
 partition walks its buckets with the same kernel as the driver path (all pairs up to
 ``fuzzy.max_bucket_size`` members, anchors beyond), pairs are shuffled again to drop repeats, and each
-pair is verified after two joins with the shingle sets (as Arrow list columns). Connected components then
+pair is verified where one of its shingle sets lives, the other sent there once per partition
+(``scored_pairs``). Connected components then
 run either on the driver over the gathered edge list, or on Dask (``stages.components``) when the edge
 list is larger than ``fuzzy.driver_max_pairs`` (``fuzzy.components``). The candidate pairs, scores and
 therefore the annotations equal the driver path's either way (tested).
@@ -90,13 +91,19 @@ def _lists(column) -> pa.ListArray:
     return pa.chunked_array(column.array._pa_array, type=pa.list_(pa.uint64())).combine_chunks()
 
 
+def _list_csr(sets: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
+    """``(offsets, values)`` of uint64 list values, offsets from 0."""
+    offsets = np.asarray(sets.offsets, dtype=np.int64)
+    values = np.asarray(sets.values.to_numpy(zero_copy_only=False), dtype=np.uint64)[offsets[0]:offsets[-1]]
+    return offsets - offsets[0], values
+
+
 def _as_binary(sets: pa.ListArray) -> pa.LargeBinaryArray:
     """Each uint64 set as one binary value of its 8-byte hashes: distributed's P2P shuffle carries binary
     columns but not list columns."""
-    offsets = np.asarray(sets.offsets, dtype=np.int64)
-    values = np.asarray(sets.values.to_numpy(zero_copy_only=False), dtype=np.uint64)[offsets[0]:offsets[-1]]
+    offsets, values = _list_csr(sets)
     return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(sets), [
-        None, pa.py_buffer(((offsets - offsets[0]) * 8).tobytes()), pa.py_buffer(values.tobytes())])
+        None, pa.py_buffer((offsets * 8).tobytes()), pa.py_buffer(values.tobytes())])
 
 
 def _binary_csr(column) -> tuple[np.ndarray, np.ndarray]:
@@ -125,11 +132,9 @@ def _verify(pairs: pd.DataFrame, received: pd.DataFrame, sets: pd.DataFrame, q: 
     _check_part(pairs.index, q)
     if len(pairs) == 0:
         return SCORED_META.copy()
-    own = _lists(sets["shingles"])
-    own_offsets = np.asarray(own.offsets, dtype=np.int64)
-    own_values = np.asarray(own.values.to_numpy(zero_copy_only=False), dtype=np.uint64)[own_offsets[0]:own_offsets[-1]]
+    own_offsets, own_values = _list_csr(_lists(sets["shingles"]))
     got_offsets, got_values = _binary_csr(received["shingles"])
-    offsets = np.concatenate([own_offsets - own_offsets[0], own_offsets[-1] - own_offsets[0] + got_offsets[1:]])
+    offsets = np.concatenate([own_offsets, own_offsets[-1] + got_offsets[1:]])
     values = np.concatenate([own_values, got_values])
     i, j = pairs["i"].to_numpy(np.int64), pairs["j"].to_numpy(np.int64)
     a = _positions(sets, i)
@@ -195,13 +200,13 @@ def distributed_candidates(ddf, table, participants: np.ndarray, params: FuzzyPa
 def gather_edges(scored, executor: Executor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The scored pairs on the driver, sorted by ``(i, j)``."""
     parts = executor.compute(scored.to_delayed(), "fuzzy: gather edges")
-    edges = pd.concat(parts, ignore_index=True) if parts else SCORED_META.copy()
-    order = np.lexsort((edges["j"].to_numpy(), edges["i"].to_numpy()))
-    return (edges["i"].to_numpy()[order], edges["j"].to_numpy()[order], edges["score"].to_numpy()[order])
+    edges = _in_pair_order(pd.concat(parts, ignore_index=True) if parts else SCORED_META.copy())
+    return edges["i"].to_numpy(), edges["j"].to_numpy(), edges["score"].to_numpy()
 
 
-def _sort_pairs(df: pd.DataFrame) -> pd.DataFrame:
-    df = df.reset_index()
+def _in_pair_order(df: pd.DataFrame) -> pd.DataFrame:
+    """``(i, j, score)`` sorted by ``(i, j)``; ``i`` may be the index."""
+    df = df.reset_index() if "i" not in df.columns else df
     order = np.lexsort((df["j"].to_numpy(), df["i"].to_numpy()))
     return df.iloc[order].reset_index(drop=True)[["i", "j", "score"]]
 
@@ -209,7 +214,7 @@ def _sort_pairs(df: pd.DataFrame) -> pd.DataFrame:
 def sorted_edges(scored, divisions: tuple):
     """``scored`` range-partitioned on ``i`` by ``divisions`` and sorted by ``(i, j)`` within each partition,
     so reading the partitions in order gives the driver path's edge order."""
-    return scored.set_index("i", divisions=divisions).map_partitions(_sort_pairs, meta=SCORED_META)
+    return scored.set_index("i", divisions=divisions).map_partitions(_in_pair_order, meta=SCORED_META)
 
 
 def _lookup(edges: pd.DataFrame, i: np.ndarray, j: np.ndarray) -> np.ndarray:
@@ -245,8 +250,8 @@ def _select_rows(sets: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
 
 def pair_scores(sets, offsets: np.ndarray, pi: np.ndarray, pj: np.ndarray, jaccard_pairs,
                 executor: Executor) -> np.ndarray:
-    """Scores of the given pairs of table rows (a member and its canonical), by the same joins over only the
-    shingle sets these pairs need (``sets`` partition ``p`` holds rows ``offsets[p]:offsets[p + 1]``)."""
+    """Scores of the given pairs of table rows (a member and its canonical), by ``scored_pairs`` over only
+    the shingle sets these pairs need (``sets`` partition ``p`` holds rows ``offsets[p]:offsets[p + 1]``)."""
     import dask.dataframe as dd
     if len(pi) == 0:
         return np.empty(0, np.float64)
