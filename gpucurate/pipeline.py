@@ -106,6 +106,8 @@ def run(inputs: list[str] | str, output: str | os.PathLike, config: Config | str
                 "semantic": cfg.semantic.threshold if result.semantic is not None else None})
         wall = time.perf_counter() - start
         summary = _summary(cfg, inputs, specs, report, result, timer, wall, backend.name, executor.description)
+        if backend.arrays is not None:
+            summary["device"] = dict(backend.arrays.ledger.summary(), arrays=backend.arrays.kind)
     write_json(summary, out / "summary.json")
     from .report import write_report
     write_report(out)
@@ -163,8 +165,9 @@ def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Tim
     ddf, table, quality = prep.ddf, prep.table, prep.quality
     contamination_gate, paragraph_stage = prep.contamination_gate, prep.paragraph_stage
     eligible = ~quality.failed if quality is not None else np.ones(table.n, bool)
+    resident = _resident(cfg, backend, executor)
     with timer("exact"):
-        exact = ExactDedup(cfg, backend).run(ddf, table, executor, eligible)
+        exact = ExactDedup(cfg, backend).run(ddf, table, executor, eligible, resident)
     rows = np.arange(table.n)
     canonical = (exact.canon == rows) & ~exact.empty & eligible
     if cfg.fuzzy.min_length:
@@ -176,7 +179,7 @@ def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Tim
     if cfg.fuzzy.enabled:
         with timer("fuzzy"):
             fuzzy = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, backend).run(ddf, table, canonical_for_fuzzy,
-                                                                             executor)
+                                                                             executor, resident)
         canonical[fuzzy.rows[fuzzy.canon != fuzzy.rows]] = False
     semantic = None
     if semantic_enabled(cfg.semantic):
@@ -201,6 +204,16 @@ def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Tim
             paragraphs = paragraph_stage.collect(ddf, table, np.asarray(annotations.column("keep")), executor)
             annotations = apply_paragraphs(annotations, paragraphs, cfg.output)
     return DedupResult(table, exact, fuzzy, semantic, quality, contamination, paragraphs, annotations)
+
+
+def _resident(cfg: Config, backend, executor: Executor):
+    """The device-resident exact + fuzzy path: the GPU backend in this process (a cluster's workers each
+    have their own device, so there the stages hand host arrays between steps)."""
+    if backend.arrays is None or executor.client is not None:
+        return None
+    from .device.resident import ResidentCorpus
+    params = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, backend).device_params() if cfg.fuzzy.enabled else None
+    return ResidentCorpus(backend.arrays, params)
 
 
 def _locator(specs):

@@ -1,9 +1,12 @@
-"""The CUDA kernels against the CPU kernels, element by element.
+"""The GPU backend without a GPU: its kernels in numba's CUDA simulator, its glue on the strict array-API
+namespace, whole ``--backend gpu`` runs byte-identical to the CPU, and the transfer ledger's targets.
 
-In CI they run in numba's CUDA simulator (conftest sets NUMBA_ENABLE_CUDASIM=1), on small inputs; on
-a GPU machine ``GPUCURATE_REAL_GPU=1 pytest tests/test_cuda_kernels.py`` runs them on the device.
+conftest sets NUMBA_ENABLE_CUDASIM=1 (unless GPUCURATE_REAL_GPU=1, as ``benchmarks/gpu_check.py`` sets
+it on a GPU machine, where the same tests run on the device).
 """
 
+import json
+import random
 import warnings
 
 import numpy as np
@@ -15,9 +18,10 @@ from conftest import read_annotations, write_jsonl
 from gpucurate.kernels import gates, minhash, pairs
 from gpucurate.kernels.hashing import padded_words, permutations
 from gpucurate.stages.contamination import MATCH_NORMALIZE
+from gpucurate.table import canonicals as cpu_canonicals
 from gpucurate.text import arrow_buffers, normalize
 
-cuda_kernels = pytest.importorskip("gpucurate.kernels.cuda")
+pytest.importorskip("numba.cuda")
 
 K = 5
 # 0, 1, k-1, k and many words; multi-byte UTF-8; text lengths around the 8-byte word boundaries
@@ -33,87 +37,246 @@ def _quiet_uint64_overflow():
         yield
 
 
+@pytest.fixture
+def host_api():
+    """The GPU backend's host functions bound to NumPy arrays in the simulator."""
+    from gpucurate.device import host_api
+    from gpucurate.device.arrays import simulated_arrays
+    dev = simulated_arrays()
+    host_api.bind(dev)
+    return host_api
+
+
+@pytest.fixture
+def strict_dev(monkeypatch):
+    """DeviceArrays over ``array_api_strict`` whose arrays refuse any implicit conversion to NumPy: the
+    glue must use the namespace, and only ``DeviceArrays`` crosses to the host (through DLPack)."""
+    xps = pytest.importorskip("array_api_strict")
+    from gpucurate.device.arrays import simulated_arrays
+    array_type = type(xps.asarray([1]))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("implicit host conversion of a device array")
+    monkeypatch.setattr(array_type, "__array__", refuse)
+    monkeypatch.setattr(array_type, "__buffer__", refuse, raising=False)
+    with pytest.raises(AssertionError):
+        np.asarray(xps.asarray([1, 2]))
+    return simulated_arrays(strict=True)
+
+
 def buffers(texts, cfg=None):
     return arrow_buffers(normalize(pa.array(texts, pa.large_string()), cfg))
 
 
-def test_text_hashes_cross_blocks():
+def sliced_buffers(texts, start, stop):
+    """Buffers of a slice of an Arrow array: its offsets do not start at 0."""
+    offsets, data = arrow_buffers(normalize(pa.array(texts, pa.large_string())).slice(start, stop - start))
+    assert offsets[0] > 0
+    return offsets, data
+
+
+def test_text_hashes_cross_blocks(host_api):
     texts = TEXTS * 15  # 165 texts: more than one block of 128 threads
     offsets, data = buffers(texts)
     words = padded_words(data)
-    assert np.array_equal(cuda_kernels.text_hashes(offsets, words), minhash.text_hashes(offsets, words))
-    # a slice whose offsets do not start at 0
-    arr = normalize(pa.array(texts, pa.large_string())).slice(7, 50)
-    off2, data2 = arrow_buffers(arr)
-    assert np.array_equal(cuda_kernels.text_hashes(off2, padded_words(data2)),
-                          minhash.text_hashes(off2, padded_words(data2)))
+    assert np.array_equal(host_api.text_hashes(offsets, words), minhash.text_hashes(offsets, words))
+    off2, data2 = sliced_buffers(texts, 7, 57)
+    assert np.array_equal(host_api.text_hashes(off2, padded_words(data2)), minhash.text_hashes(off2, padded_words(data2)))
 
 
 @pytest.mark.parametrize("mode", [minhash.WORD, minhash.CHAR])
-def test_signatures_sets_and_band_keys(mode):
-    offsets, data = buffers(TEXTS * 3)
+@pytest.mark.parametrize("sliced", [False, True])
+def test_signatures_sets_and_band_keys(host_api, mode, sliced):
+    texts = TEXTS * 3
+    offsets, data = sliced_buffers(texts, 3, 30) if sliced else buffers(texts)
     a, b = permutations(16, 7)
     seed = np.uint64(7)
-    g_sigs, g_off, g_val = cuda_kernels.signatures(offsets, data, mode, K, seed, a, b)
+    g_sigs, g_off, g_val = host_api.signatures(offsets, data, mode, K, seed, a, b)
     c_sigs, c_off, c_val = minhash.signatures(offsets, data, mode, K, seed, a, b)
     assert np.array_equal(g_sigs, c_sigs)
-    assert np.array_equal(np.diff(g_off), np.diff(c_off))
-    for d in range(len(offsets) - 1):
-        assert sorted(g_val[g_off[d]:g_off[d + 1]].tolist()) == sorted(c_val[c_off[d]:c_off[d + 1]].tolist())
-    assert np.array_equal(cuda_kernels.band_keys(g_sigs, 4, 4, seed), minhash.band_keys(c_sigs, 4, 4, seed))
-    assert np.array_equal(cuda_kernels.set_signatures(c_off, c_val, a, b), minhash.set_signatures(c_off, c_val, a, b))
+    assert np.array_equal(g_off, c_off)
+    for d in range(len(offsets) - 1):  # the device's sets are sorted, the CPU's in first-seen order
+        assert g_val[g_off[d]:g_off[d + 1]].tolist() == sorted(c_val[c_off[d]:c_off[d + 1]].tolist())
+    assert np.array_equal(host_api.band_keys(g_sigs, 4, 4, seed), minhash.band_keys(c_sigs, 4, 4, seed))
+    assert np.array_equal(host_api.set_signatures(c_off, c_val, a, b), minhash.set_signatures(c_off, c_val, a, b))
 
 
-def test_jaccard_pairs_match():
+def test_pairs_and_components_match(host_api):
     offsets, data = buffers(["a b c d e f g h", "a b c d e f g x", "q r s t u v w", "", "a b c d e f g h i"])
     a, b = permutations(8, 1)
     _, off, val = minhash.signatures(offsets, data, minhash.WORD, 3, np.uint64(1), a, b)
     pi = np.array([0, 0, 0, 1, 2, 3, 0], np.int64)
     pj = np.array([1, 2, 4, 4, 3, 3, 0], np.int64)
-    assert np.array_equal(cuda_kernels.jaccard_pairs(off, val, pi, pj), pairs.jaccard_pairs(off, val, pi, pj))
+    assert np.array_equal(host_api.jaccard_pairs(off, val, pi, pj), pairs.jaccard_pairs(off, val, pi, pj))
+    rng = np.random.default_rng(3)
+    keys = rng.integers(0, 6, (300, 4)).astype(np.uint64)  # big buckets: the anchor rule
+    for max_bucket, anchors in ((1000, 8), (20, 3), (3, 1)):
+        got = host_api.candidate_pairs(keys, max_bucket, anchors)
+        ref = pairs.candidate_pairs(keys, max_bucket, anchors)
+        assert np.array_equal(got[0], ref[0]) and np.array_equal(got[1], ref[1])
+    ei, ej = rng.integers(0, 500, 400), rng.integers(0, 500, 400)
+    assert np.array_equal(host_api.components(500, ei, ej), pairs.components(500, ei, ej))
 
 
-def test_ngram_hashes_and_lookup_match():
+def test_ngram_hashes_and_lookup_match(host_api):
     texts = ["The cat, sat on the MAT!", "short", "", "один два три четыре пять шесть"] * 40
     offsets, data = buffers(texts, MATCH_NORMALIZE)
     words = padded_words(data)
     for n in (1, 3, 13):
-        got = cuda_kernels.ngram_hashes(offsets, data, words, n)
-        ref = gates.ngram_hashes(offsets, data, words, n)
-        for g, r in zip(got, ref):
+        for g, r in zip(host_api.ngram_hashes(offsets, data, words, n), gates.ngram_hashes(offsets, data, words, n)):
             assert np.array_equal(g, r)
     table = np.sort(gates.ngram_hashes(offsets, data, words, 3)[1][::3])
     probe = gates.ngram_hashes(offsets, data, words, 3)[1]
     pos = np.searchsorted(table, probe)
     expected = np.where((pos < len(table)) & (table[np.minimum(pos, len(table) - 1)] == probe), pos, -1)
-    assert np.array_equal(cuda_kernels.lookup(probe, table), expected)
+    assert np.array_equal(host_api.lookup(probe, table), expected)
+    lengths = np.array([3, 1], np.int64)
+    table = np.sort(np.concatenate([gates.ngram_hashes(offsets, data, words, n)[1][::5] for n in (1, 3)]))
+    got = host_api.ngram_matches(offsets, data, words, lengths, table)
+    ref = gates.ngram_matches(offsets, data, words, lengths, table)
+    assert len(ref[0]) > 0
+    for g, r in zip(got, ref):
+        assert np.array_equal(g, r)
 
 
-def test_gpu_backend_pipeline_matches_cpu(tmp_path):
-    """The whole run with ``run.backend=gpu`` (simulated here) writes the same annotations as the CPU."""
-    from gpucurate.pipeline import run
+def test_glue_on_the_strict_namespace(strict_dev):
+    """The whole device chain on array_api_strict: sliced input, sketches, LSH with anchored buckets,
+    verification, components and canonicals, against the CPU kernels."""
+    from types import SimpleNamespace
+    from gpucurate.device import glue
+    dev, xp = strict_dev, strict_dev.xp
+    base = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu"
+    texts = ([base, base + " nu", base.replace("zeta", "ZETA"), ""] + TEXTS) * 12
+    offsets, data = sliced_buffers(texts, 5, len(texts) - 3)
+    a, b = permutations(16, 3)
+    params = SimpleNamespace(mode=minhash.WORD, k=3, seed=np.uint64(3), bands=8, rows=2, keep_signatures=True)
+    t = glue.upload_texts(dev, offsets, data)
+    units = glue.text_units(dev, t, False)
+    sk = glue.sketch(dev, t, units, params, dev.to_device(a), dev.to_device(b))
+    c_sigs, c_off, c_val = minhash.signatures(offsets, data, minhash.WORD, 3, np.uint64(3), a, b)
+    assert np.array_equal(dev.to_host(sk.sigs), c_sigs)
+    assert np.array_equal(dev.to_host(glue.text_hashes(dev, t)),
+                          minhash.text_hashes(offsets - offsets[0], padded_words(data[offsets[0]:offsets[-1]])))
+    keys = minhash.band_keys(c_sigs, 8, 2, np.uint64(3))
+    assert np.array_equal(dev.to_host(sk.keys), keys)
+    nonempty = np.diff(offsets) > 0
+    sub = glue.select(dev, sk, dev.to_device(nonempty))
+    for max_bucket, anchors in ((1000, 8), (4, 2)):
+        pi, pj = glue.candidate_pairs(dev, sub.keys, max_bucket, anchors)
+        ref_i, ref_j = pairs.candidate_pairs(keys[nonempty], max_bucket, anchors)
+        assert np.array_equal(dev.to_host(pi), ref_i) and np.array_equal(dev.to_host(pj), ref_j)
+    rows = np.flatnonzero(nonempty)
+    sub_off = np.concatenate(([0], np.cumsum(np.diff(c_off)[nonempty])))
+    sub_val = np.concatenate([c_val[c_off[r]:c_off[r + 1]] for r in rows])
+    scores = glue.jaccard(dev, sub.set_offsets, sub.set_values, pi, pj)
+    ref_scores = pairs.jaccard_pairs(sub_off, sub_val, ref_i, ref_j)
+    assert np.array_equal(dev.to_host(scores), ref_scores)
+    edge = ref_scores >= 0.5
+    labels = glue.components(dev, len(rows), pi[scores >= 0.5], pj[scores >= 0.5])
+    ref_labels = pairs.components(len(rows), ref_i[edge], ref_j[edge])
+    assert np.array_equal(dev.to_host(labels), ref_labels) and len(np.unique(ref_labels)) < len(rows)
+    key = -np.diff(offsets)[nonempty].astype(np.int64)  # the "longest" policy
+    local = np.arange(len(rows))
+    assert np.array_equal(dev.to_host(glue.canonicals(dev, labels, dev.to_device(key))),
+                          cpu_canonicals(ref_labels, local, key))
+    assert np.array_equal(dev.to_host(glue.canonicals(dev, labels)), cpu_canonicals(ref_labels, local, 0 * key))
+
+
+def _corpus(tmp_path, n=320, seed=1):
+    """Exact and near copies, texts of 0, 1, k-1, k and many words, multi-byte UTF-8, CJK."""
+    rng = random.Random(seed)
     base = "the board approved the plan for the new factory in the north of the country next year"
-    records = [{"id": i, "text": t} for i, t in enumerate(
-        [base, base + " again", base.upper(), "Совсем другой текст о погоде и море летом", "", "x",
-         base.replace("north", "south"), "the quick brown fox jumps over the lazy dog " * 3])]
-    src = write_jsonl(tmp_path / "d.jsonl", records)
-    over = {"run.progress": False, "fuzzy.num_perm": 16, "fuzzy.threshold": 0.7, "paragraphs.enabled": True,
-            "contamination.benchmarks": [f"b={src}:text"]}
+    fixed = [base, base + " again", base.upper(), "Совсем другой текст о погоде и море летом", "", "x",
+             "one two three four", "one two three four five", base.replace("north", "south"),
+             "the quick brown fox jumps over the lazy dog " * 3, "日本語のテキストです", "emoji 😀 text 😀 here ok"]
+    vocab = [f"w{i}" for i in range(300)] + ["ёж", "über", "naïve"]
+    texts = fixed + [rng.choice(fixed[:3] + fixed[8:10]) if i % 3 == 0 else
+                     " ".join(rng.choice(vocab) for _ in range(rng.randint(0, 40))) for i in range(n - len(fixed))]
+    records = [{"id": i, "text": t, "ts": f"2020-01-{1 + i % 28:02d}"} for i, t in enumerate(texts)]
+    return write_jsonl(tmp_path / "d.jsonl", records), texts
+
+
+def _normalized_bytes(texts):
+    return int(sum(len(s.encode()) for s in normalize(pa.array(texts, pa.large_string())).to_pylist()))
+
+
+def _run_both(tmp_path, src, over):
+    from gpucurate.pipeline import run
+    over = {"run.progress": False, "semantic.enabled": False, "run.workers": 1, "fuzzy.num_perm": 16,
+            "fuzzy.threshold": 0.5, **over}
     cpu = run([str(src)], tmp_path / "cpu", overrides={**over, "run.backend": "cpu"})
     gpu = run([str(src)], tmp_path / "gpu", overrides={**over, "run.backend": "gpu"})
     assert gpu["backend"] == "gpu" and cpu["backend"] == "cpu"
     pd.testing.assert_frame_equal(read_annotations(tmp_path / "gpu"), read_annotations(tmp_path / "cpu"))
     assert (tmp_path / "gpu" / "edges.parquet").read_bytes() == (tmp_path / "cpu" / "edges.parquet").read_bytes()
+    assert (tmp_path / "gpu" / "run_index.parquet").read_bytes() == (tmp_path / "cpu" / "run_index.parquet").read_bytes()
+    return cpu, gpu
 
 
-def test_ngram_matches_match():
-    texts = ["The cat, sat on the MAT!", "short", "", "один два три четыре пять шесть"] * 40
-    offsets, data = buffers(texts, MATCH_NORMALIZE)
-    words = padded_words(data)
-    table = np.sort(np.concatenate([gates.ngram_hashes(offsets, data, words, n)[1][::5] for n in (1, 3)]))
-    lengths = np.array([3, 1], np.int64)
-    got = cuda_kernels.ngram_matches(offsets, data, words, lengths, table)
-    ref = gates.ngram_matches(offsets, data, words, lengths, table)
-    assert len(ref[0]) > 0
-    for g, r in zip(got, ref):
-        assert np.array_equal(g, r)
+def _assert_ledger_targets(summary, texts):
+    """bytes up <= 1.2x the normalized text + 16 bytes a document; bytes down <= 64 bytes a document +
+    24 bytes a candidate pair."""
+    device, n = summary["device"], summary["documents_in"]
+    pairs_ = summary["stages"]["fuzzy"]["candidate_pairs"]
+    assert device["bytes_to_device"] <= 1.2 * _normalized_bytes(texts) + 16 * n, device
+    assert device["bytes_to_host"] <= 64 * n + 24 * pairs_, device
+    assert device["steps"]["upload text"]["transfers"] == 2 * summary["stages"]["input"]["partitions"]
+    assert sum(s["transfers"] for s in device["steps"].values()) == device["transfers"]
+
+
+@pytest.mark.parametrize("over", [
+    {},  # one partition of 320 documents (more than one block)
+    {"input.partition_bytes": 4096, "canonical.policy": "longest", "fuzzy.max_bucket_size": 2,
+     "fuzzy.bucket_anchors": 1},  # several partitions, anchored buckets, a policy key
+    {"fuzzy.shingle": "char", "fuzzy.ngram": 3, "canonical.policy": "earliest", "input.timestamp_field": "ts"},
+    {"fuzzy.verify": False, "input.partition_bytes": 8192},
+], ids=["one-partition", "partitions-anchors-longest", "char-earliest", "minhash-estimate"])
+def test_gpu_run_matches_cpu(tmp_path, over):
+    src, texts = _corpus(tmp_path)
+    cpu, gpu = _run_both(tmp_path, src, over)
+    assert gpu["stages"]["fuzzy"]["duplicates"] == cpu["stages"]["fuzzy"]["duplicates"] > 0
+    assert gpu["stages"]["exact"]["duplicates"] > 0
+    _assert_ledger_targets(gpu, texts)
+    assert json.loads((tmp_path / "gpu" / "summary.json").read_text())["device"] == gpu["device"]
+
+
+def test_gpu_run_on_the_strict_namespace(tmp_path, strict_dev, monkeypatch):
+    """A whole run with the strict namespace standing in for CuPy: any NumPy fallback or implicit
+    conversion inside the device path fails."""
+    monkeypatch.setenv("GPUCURATE_SIM_XP", "strict")
+    src, texts = _corpus(tmp_path, n=200, seed=2)
+    cpu, gpu = _run_both(tmp_path, src, {"input.partition_bytes": 4096, "canonical.policy": "longest"})
+    assert gpu["device"]["arrays"] == "strict"
+    _assert_ledger_targets(gpu, texts)
+
+
+def test_gpu_run_with_gates_and_host_paths(tmp_path):
+    """Paragraphs, contamination and SimHash take the host-array functions of the GPU backend."""
+    src, _ = _corpus(tmp_path, n=60, seed=3)
+    _run_both(tmp_path, src, {"paragraphs.enabled": True, "contamination.benchmarks": [f"b={src}:text"],
+                              "fuzzy.method": "simhash"})
+
+
+def test_backend_probe_failure(monkeypatch):
+    """``gpu`` fails with the probe's reason (exit 2); ``auto`` never picks the simulator."""
+    from gpucurate import backend
+    from gpucurate.errors import ConfigError
+    from gpucurate.kernels import cuda
+    assert backend.select("auto").name == "cpu"
+    assert backend.select("gpu").arrays is not None
+
+    class Broken:
+        def __getitem__(self, config):
+            raise RuntimeError("NVVM not found")
+    monkeypatch.setitem(cuda.KERNELS, "probe", cuda.KERNELS["probe"].__class__(
+        "probe", Broken(), cuda.KERNELS["probe"].signature))
+    with pytest.raises(ConfigError, match="compiling or launching a CUDA kernel failed.*NVVM not found"):
+        backend.select("gpu")
+
+
+def test_launch_checks_the_declared_signature():
+    """A launch whose argument types differ from the compiled signature fails in the tests."""
+    from gpucurate.device.arrays import simulated_arrays
+    dev = simulated_arrays()
+    with pytest.raises(TypeError, match="probe: argument 0 is array\\(int32"):
+        dev.launch("probe", 4, np.zeros(4, np.int32))

@@ -16,7 +16,7 @@ from ..text import arrow_buffers
 from ..kernels.hashing import padded_words
 
 
-def text_hash_partition(df: pd.DataFrame, backend: Backend):
+def text_hash_partition(df: pd.DataFrame, backend: Backend, index: int = 0):
     """uint64[rows] hash of each normalized text, bool[rows] whether it is empty, and int64[rows] its
     words and code points."""
     if len(df) == 0:
@@ -28,6 +28,14 @@ def text_hash_partition(df: pd.DataFrame, backend: Backend):
     chars = np.diff(np.concatenate(([0], np.cumsum((data & 0xC0) != 0x80)))[offsets])
     words = np.where(empty, 0, spaces + 1)
     return backend.minhash.text_hashes(offsets, padded_words(data)), empty, words, chars
+
+
+def resident_partition(df: pd.DataFrame, resident, index: int):
+    """``text_hash_partition`` on the device, keeping the partition's sketches there (``ResidentCorpus``)."""
+    offsets, data = arrow_buffers(df["_text"].array._pa_array) if len(df) else (np.zeros(1, np.int64),
+                                                                                   np.empty(0, np.uint8))
+    hashes, words, chars = resident.text_pass(index, offsets, data)
+    return hashes, np.diff(offsets) == 0, words, chars
 
 
 @dataclass
@@ -53,8 +61,13 @@ class ExactDedup:
     def __init__(self, cfg: Config, backend: Backend):
         self.cfg, self.backend = cfg, backend
 
-    def run(self, ddf, table: DocTable, executor: Executor, eligible: np.ndarray | None = None) -> ExactResult:
-        parts = executor.compute([dask.delayed(text_hash_partition)(p, self.backend) for p in ddf.to_delayed()],
+    def run(self, ddf, table: DocTable, executor: Executor, eligible: np.ndarray | None = None,
+            resident=None) -> ExactResult:
+        """``resident``: a ``device.resident.ResidentCorpus`` (GPU backend in one process): each partition's
+        text goes up once, its hashes come back and its fuzzy sketches stay on the device."""
+        task = text_hash_partition if resident is None else resident_partition
+        arg = self.backend if resident is None else resident
+        parts = executor.compute([dask.delayed(task)(p, arg, i) for i, p in enumerate(ddf.to_delayed())],
                                  "exact: hash")
         hashes, empty, words, chars = (np.concatenate([p[k] for p in parts]) for k in range(4))
         eligible = np.ones(table.n, bool) if eligible is None else eligible

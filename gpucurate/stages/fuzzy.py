@@ -61,6 +61,9 @@ class FuzzyParams:
     rows: int
     keep_signatures: bool
     threads: int = 1  # threads inside one partition task (local runs with fewer partitions than cores)
+    #: False for SimHash: its band keys come from the SimHash bits (``finish_sketches``), and its
+    #: ``bands * rows`` (64 bits) may exceed the permutations
+    minhash_bands: bool = True
 
 
 def signature_partition(df: pd.DataFrame, mask: np.ndarray, params: FuzzyParams, backend: Backend):
@@ -81,7 +84,8 @@ def signature_partition(df: pd.DataFrame, mask: np.ndarray, params: FuzzyParams,
         offsets, data = arrow_buffers(pa.chunked_array(arr).combine_chunks().take(pa.array(rows)))
     sigs, csr_offsets, csr_values = k.signatures(offsets, data, params.mode, params.k, params.seed, params.perm_a,
                                                  params.perm_b, threads=params.threads)
-    keys = k.band_keys(sigs, params.bands, params.rows, params.seed)
+    keys = k.band_keys(sigs, params.bands, params.rows, params.seed) if params.minhash_bands else \
+        np.zeros((len(sigs), params.bands), np.uint64)
     return keys, csr_offsets, csr_values, (sigs if params.keep_signatures else None)
 
 
@@ -155,7 +159,7 @@ class FuzzyDedup:
         a, b = permutations(self.cfg.num_perm, self.cfg.seed)
         return FuzzyParams(WORD if self.cfg.shingle == "word" else CHAR, self.cfg.ngram,
                            np.uint64(self.cfg.seed & ((1 << 64) - 1)), a, b, self.bands, self.rows_per_band,
-                           keep_signatures=not self.cfg.verify)
+                           keep_signatures=not self.cfg.verify, minhash_bands=self.cfg.method == "minhash")
 
     def sketch(self, ddf, table: DocTable, participants: np.ndarray, executor: Executor,
                boilerplate: np.ndarray | None = None) -> Sketches:
@@ -220,7 +224,17 @@ class FuzzyDedup:
             return False
         return wanted
 
-    def run(self, ddf, table: DocTable, participants: np.ndarray, executor: Executor) -> FuzzyResult:
+    def device_params(self) -> FuzzyParams | None:
+        """The params of the device-resident path (``device.resident``), or None when this configuration
+        needs the host path (SimHash, boilerplate removal, the Dask LSH)."""
+        if self.cfg.method != "minhash" or self.cfg.boilerplate or self.cfg.lsh == "dask":
+            return None
+        return self.params()
+
+    def run(self, ddf, table: DocTable, participants: np.ndarray, executor: Executor,
+            resident=None) -> FuzzyResult:
+        if resident is not None and resident.params is not None:
+            return self._run_resident(table, participants, resident)
         if self._on_dask(executor):
             return self._run_dask(ddf, table, participants, executor)
         pk = self.backend.pairs
@@ -267,6 +281,25 @@ class FuzzyDedup:
             stats["boilerplate"] = sk.boilerplate_stats
         return FuzzyResult(rows, rows[canon_local], similarity, rows[pi], rows[pj], scores,
                            self.score_kind, threshold, self.bands, self.rows_per_band, stats, sk.boilerplate)
+
+    def _run_resident(self, table: DocTable, participants: np.ndarray, resident) -> FuzzyResult:
+        """Bucketing, verification, components and canonicals on the device (``ResidentCorpus.cluster``);
+        the same result as the host path."""
+        t0 = time.perf_counter()
+        rows = np.flatnonzero(participants).astype(np.int64)
+        offs = table.part_offsets
+        key = None if self.policy == "first" else table.policy_key(self.policy)[rows]
+        r = resident.cluster([participants[offs[p]:offs[p + 1]] for p in range(len(offs) - 1)], key,
+                             self.score_threshold, self.cfg.verify, self.cfg.max_bucket_size, self.cfg.bucket_anchors)
+        members = np.flatnonzero(r.canon != np.arange(len(rows)))
+        n_edges = int((r.scores >= self.score_threshold - 1e-12).sum())
+        stats = {"documents": int(len(rows)), "method": self.cfg.method, "bands": self.bands,
+                 "rows": self.rows_per_band, "bucket_entries": r.bucket_entries, "candidate_pairs": int(len(r.pi)),
+                 "edges": n_edges, "step_seconds": {"device": round(time.perf_counter() - t0, 4)},
+                 "shingles": r.n_shingles, "clusters": int(len(np.unique(r.canon[members]))) if len(members) else 0,
+                 "duplicates": int(len(members))}
+        return FuzzyResult(rows, rows[r.canon], r.similarity, rows[r.pi], rows[r.pj], r.scores, self.score_kind,
+                           self.score_threshold, self.bands, self.rows_per_band, stats, None)
 
     def _run_dask(self, ddf, table: DocTable, participants: np.ndarray, executor: Executor) -> FuzzyResult:
         """LSH, verification and the members' similarity on Dask; components on the driver's edge list, or

@@ -1,0 +1,165 @@
+"""Device arrays: the array namespace ``xp`` of a backend, its kernel launcher and its transfer ledger.
+
+The glue (``device.glue``) is written once against ``DeviceArrays``: ``xp`` is CuPy on a GPU, NumPy or
+the strict array-API namespace (PyPI ``array-api-strict``) in the tests; the numba.cuda kernels of
+``kernels.cuda`` take the arrays through ``__cuda_array_interface__`` (CuPy) or run in numba's CUDA
+simulator (NumPy, strict). Every host <-> device copy goes through ``to_device`` / ``to_host`` /
+``scalar`` and is counted, by step, in the ``TransferLedger``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..kernels import cuda as kernels
+
+
+@dataclass
+class TransferLedger:
+    """Bytes and calls of every host <-> device copy, by step; ``peak_device_bytes`` when measurable."""
+    to_device: dict = field(default_factory=lambda: defaultdict(lambda: [0, 0]))  # step -> [bytes, calls]
+    to_host: dict = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
+    peak_device_bytes: int | None = None
+    step: str = "other"
+
+    def count(self, direction: str, nbytes: int) -> None:
+        entry = (self.to_device if direction == "to_device" else self.to_host)[self.step]
+        entry[0] += int(nbytes)
+        entry[1] += 1
+
+    @property
+    def bytes_to_device(self) -> int:
+        return sum(v[0] for v in self.to_device.values())
+
+    @property
+    def bytes_to_host(self) -> int:
+        return sum(v[0] for v in self.to_host.values())
+
+    def summary(self) -> dict:
+        """``summary.json``'s ``device`` section."""
+        steps = sorted(set(self.to_device) | set(self.to_host))
+        return {"bytes_to_device": self.bytes_to_device, "bytes_to_host": self.bytes_to_host,
+                "transfers": sum(v[1] for v in self.to_device.values()) + sum(v[1] for v in self.to_host.values()),
+                "peak_device_bytes": self.peak_device_bytes,
+                "steps": {s: {"bytes_to_device": self.to_device[s][0] if s in self.to_device else 0,
+                              "bytes_to_host": self.to_host[s][0] if s in self.to_host else 0,
+                              "transfers": (self.to_device[s][1] if s in self.to_device else 0)
+                              + (self.to_host[s][1] if s in self.to_host else 0)} for s in steps}}
+
+
+class DeviceArrays:
+    """One backend's arrays.
+
+    Parameters
+    ----------
+    xp : the array namespace (``cupy``, ``numpy``, ``array_api_strict``).
+    kind : ``"cupy"`` (a real device), ``"numpy"`` or ``"strict"`` (numba's CUDA simulator runs the
+        kernels; ``check_launches`` then compares every launch with its registered signature).
+    """
+
+    def __init__(self, xp, kind: str):
+        self.xp, self.kind = xp, kind
+        self.ledger = TransferLedger()
+        self.simulated = kind != "cupy"
+        self.check_launches = self.simulated
+        # the simulator is not thread-safe, and one device runs one partition's kernels at a time anyway
+        self.lock = threading.RLock()
+
+    # --- transfers (the only ones) -----------------------------------------------------------------
+
+    @contextmanager
+    def step(self, name: str):
+        """Count the transfers inside under ``name``."""
+        previous, self.ledger.step = self.ledger.step, name
+        try:
+            yield
+        finally:
+            self._sample_memory()
+            self.ledger.step = previous
+
+    def to_device(self, host: np.ndarray):
+        host = np.ascontiguousarray(host)
+        self.ledger.count("to_device", host.nbytes)
+        if self.kind == "cupy":
+            return self.xp.asarray(host)
+        return self.xp.asarray(host.copy())
+
+    def to_host(self, dev) -> np.ndarray:
+        out = dev.get() if self.kind == "cupy" else np.array(self._raw(dev), copy=True)
+        self.ledger.count("to_host", out.nbytes)
+        return out
+
+    def scalar(self, dev) -> int:
+        """A 0-d or 1-element device value as a Python int (one small copy)."""
+        value = self.to_host(self.xp.reshape(dev, (-1,)))
+        return value[0].item()
+
+    def _sample_memory(self) -> None:
+        if self.kind == "cupy":
+            used = int(self.xp.get_default_memory_pool().total_bytes())
+            self.ledger.peak_device_bytes = max(self.ledger.peak_device_bytes or 0, used)
+
+    # --- kernels -------------------------------------------------------------------------------------
+
+    def _raw(self, arr):
+        """What a numba.cuda kernel takes: the CuPy array itself, or the NumPy view of a host stand-in."""
+        if self.kind == "strict":
+            return np.from_dlpack(arr)
+        return arr
+
+    def launch(self, name: str, n: int, *args) -> None:
+        """Run kernel ``name`` on ``n`` threads (``kernels.cuda.THREADS`` a block) with ``args``."""
+        if n <= 0:
+            return
+        spec = kernels.KERNELS[name]
+        raw = [a if isinstance(a, (int, np.generic)) else self._raw(a) for a in args]
+        if self.check_launches:
+            _check_signature(spec, raw)
+        blocks = (n + spec.threads - 1) // spec.threads
+        spec.dispatcher[blocks, spec.threads](*raw)
+
+    # --- allocation helpers ---------------------------------------------------------------------------
+
+    def empty(self, shape, dtype):
+        return self.xp.empty(shape, dtype=dtype)
+
+    def zeros(self, shape, dtype):
+        return self.xp.zeros(shape, dtype=dtype)
+
+
+def _check_signature(spec, args) -> None:
+    """Fail when a launch's argument types differ from the signature the kernel is compiled with."""
+    from numba import typeof
+    from numba.core import sigutils
+    expected, _ = sigutils.normalize_signature(spec.signature)
+    if len(expected) != len(args):
+        raise TypeError(f"{spec.name}: launched with {len(args)} arguments, declared {len(expected)}")
+    for k, (want, arg) in enumerate(zip(expected, args)):
+        got = typeof(arg)
+        if hasattr(want, "dtype"):
+            ok = (hasattr(got, "dtype") and got.dtype == want.dtype and got.ndim == want.ndim
+                  and (want.layout == "A" or got.layout == want.layout or got.layout == "C" and want.layout == "C"))
+        else:
+            ok = not hasattr(got, "dtype") or isinstance(arg, np.generic) and np.dtype(arg.dtype).name == str(want)
+            if not hasattr(got, "dtype") and isinstance(arg, (int, np.integer)):
+                ok = str(want).startswith(("int", "uint"))
+        if not ok:
+            raise TypeError(f"{spec.name}: argument {k} is {got}, declared {want}")
+
+
+def simulated_arrays(strict: bool = False) -> DeviceArrays:
+    """NumPy (or the strict array-API namespace) with the kernels in numba's CUDA simulator."""
+    if strict:
+        import array_api_strict
+        return DeviceArrays(array_api_strict, "strict")
+    return DeviceArrays(np, "numpy")
+
+
+def cupy_arrays() -> DeviceArrays:
+    import cupy
+    return DeviceArrays(cupy, "cupy")

@@ -1,0 +1,275 @@
+"""The orchestration between the CUDA kernels, written once against an array namespace.
+
+Every function takes a ``DeviceArrays`` (``dev``: CuPy on a GPU; NumPy or the strict array-API
+namespace with the kernels in numba's CUDA simulator in the tests) and device arrays, and returns
+device arrays. Only ``xp`` functions of the array-API standard are used (no ``lexsort``, no ``repeat``
+with counts, no integer-array assignment): sorts are stable ``argsort``s, segment ids come from
+``searchsorted`` over offsets, scatters are a kernel. Sizes that shape a new array are the only values
+read back (``dev.scalar``, a few bytes each, counted in the ledger).
+
+Results are bit-identical to the CPU kernels (``kernels.minhash``, ``kernels.pairs``): the same hash
+definitions, the same bucket rule, the same component labels (smallest member index).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..kernels.cuda import NO_PAIR
+from ..kernels.hashing import padded_words
+from ..kernels.minhash import WORD
+
+
+@dataclass
+class DeviceTexts:
+    """A partition's normalized texts on the device: ``offsets int64[n + 1]`` from 0, ``words`` the bytes
+    as little-endian ``uint64`` (``hashing.padded_words``), ``nbytes`` their count."""
+    offsets: object
+    words: object
+    nbytes: int
+
+    @property
+    def n(self) -> int:
+        return self.offsets.shape[0] - 1
+
+
+@dataclass
+class DeviceSketch:
+    """MinHash sketches of ``n`` texts: ``keys uint64[n, bands]``, distinct shingle hashes sorted within each
+    text (``set_offsets int64[n + 1]``, ``set_values uint64[...]``), and ``sigs uint32[n, P]`` or None."""
+    keys: object
+    set_offsets: object
+    set_values: object
+    sigs: object = None
+
+
+def upload_texts(dev, offsets: np.ndarray, data: np.ndarray) -> DeviceTexts:
+    """Copy one partition's Arrow string buffers up once. The offsets may start anywhere (a sliced Arrow
+    array); only the bytes they cover go up, and the offsets as int32 when they fit (4 bytes a text)."""
+    start, stop = int(offsets[0]), int(offsets[-1])
+    local = offsets - offsets[0]
+    small = stop - start < 2 ** 31
+    xp = dev.xp
+    dev_offsets = dev.to_device(local.astype(np.int32) if small else local.astype(np.int64))
+    words = dev.to_device(padded_words(data[start:stop]))
+    return DeviceTexts(xp.astype(dev_offsets, xp.int64), words, stop - start)
+
+
+def _segment_ids(xp, seg_offsets, total: int):
+    """int64[total]: the segment of each element of segments ``seg_offsets`` (int64[k + 1], from 0)."""
+    return xp.searchsorted(seg_offsets[1:], xp.arange(total, dtype=xp.int64), side="right")
+
+
+def _exclusive_cumsum(xp, counts):
+    return xp.concat([xp.zeros(1, dtype=xp.int64), xp.cumulative_sum(xp.astype(counts, xp.int64))])
+
+
+def _run_starts(xp, sorted_values):
+    """bool[m]: where a run of equal values starts."""
+    if sorted_values.shape[0] == 0:
+        return xp.zeros(0, dtype=xp.bool)
+    return xp.concat([xp.ones(1, dtype=xp.bool), sorted_values[1:] != sorted_values[:-1]])
+
+
+@dataclass
+class TextUnits:
+    """Where the units (words or code points) of each text are: ``bounds`` (byte offsets of the spaces, or
+    of the code point starts), ``cursor int64[n + 1]`` (text d owns ``bounds[cursor[d]:cursor[d + 1]]``),
+    ``words`` and ``chars`` per text (int64[n])."""
+    spaces: object
+    space_cursor: object
+    words: object
+    chars: object
+    cp_starts: object = None
+    cp_cursor: object = None
+
+
+def text_units(dev, t: DeviceTexts, char_mode: bool) -> TextUnits:
+    """Spaces and code points of every text (``minhash.unit_bounds`` and the exact stage's counts)."""
+    xp = dev.xp
+    space = dev.empty(t.nbytes, xp.uint8)
+    cont = dev.empty(t.nbytes, xp.uint8)
+    dev.launch("byte_flags", t.nbytes, t.words, t.nbytes, space, cont)
+    spaces = xp.nonzero(space)[0]
+    cursor = xp.searchsorted(spaces, t.offsets)
+    lengths = t.offsets[1:] - t.offsets[:-1]
+    words = xp.where(lengths > 0, cursor[1:] - cursor[:-1] + 1, 0)
+    continuation = xp.searchsorted(xp.nonzero(cont)[0], t.offsets)
+    chars = lengths - (continuation[1:] - continuation[:-1])
+    units = TextUnits(spaces, cursor, words, chars)
+    if char_mode:
+        units.cp_starts = xp.nonzero(cont == 0)[0]
+        units.cp_cursor = xp.searchsorted(units.cp_starts, t.offsets)
+    return units
+
+
+def text_hashes(dev, t: DeviceTexts):
+    """uint64[n] exact-stage hash of each text (``minhash.text_hashes``)."""
+    out = dev.empty(t.n, dev.xp.uint64)
+    dev.launch("text_hashes", t.n, t.words, t.offsets, out)
+    return out
+
+
+def unit_hashes(dev, t: DeviceTexts, bounds, cursor, mode: int, seed):
+    """Hash of every unit of every text and ``unit_first int64[n + 1]`` (text d's units)."""
+    xp = dev.xp
+    lengths = t.offsets[1:] - t.offsets[:-1]
+    spans = cursor[1:] - cursor[:-1]
+    units = xp.where(lengths > 0, spans + 1, 0) if mode == WORD else spans
+    unit_first = _exclusive_cumsum(xp, units)
+    total = dev.scalar(unit_first[-1])
+    out = dev.empty(total, xp.uint64)
+    dev.launch("unit_hashes", total, t.words, t.offsets, bounds, cursor, unit_first, _segment_ids(xp, unit_first, total),
+               mode, np.uint64(seed), out)
+    return out, unit_first
+
+
+def shingle_sets(dev, unit_hash, unit_first, k: int, seed):
+    """Distinct shingle hashes of every text, sorted within the text: ``(set_offsets, set_values)``."""
+    xp = dev.xp
+    units = unit_first[1:] - unit_first[:-1]
+    counts = xp.where(units > k, units - k + 1, xp.minimum(units, 1))
+    sh_first = _exclusive_cumsum(xp, counts)
+    total = dev.scalar(sh_first[-1])
+    sh_doc = _segment_ids(xp, sh_first, total)
+    hashes = dev.empty(total, xp.uint64)
+    dev.launch("shingle_hashes", total, unit_hash, unit_first, sh_first, sh_doc, k, np.uint64(seed), hashes)
+    # sort by (text, hash): a stable sort by hash, then a stable sort by text (texts are already in order)
+    by_hash = xp.argsort(hashes, stable=True)
+    order = xp.take(by_hash, xp.argsort(xp.take(sh_doc, by_hash), stable=True))
+    hashes = xp.take(hashes, order)
+    first = _run_starts(xp, hashes)
+    if total:
+        first = first | _run_starts(xp, sh_doc)
+    values, kept_doc = hashes[first], sh_doc[first]
+    n = units.shape[0]
+    return xp.searchsorted(kept_doc, xp.arange(n + 1, dtype=xp.int64)), values
+
+
+def minhash_signatures(dev, set_offsets, set_values, perm_a, perm_b):
+    """uint32[n, P] MinHash signatures of the sets (``EMPTY_SIG`` rows for empty sets)."""
+    n, p = set_offsets.shape[0] - 1, perm_a.shape[0]
+    sigs = dev.empty((n, p), dev.xp.uint32)
+    dev.launch("minhash", n * p, set_offsets, _nonempty(dev, set_values), perm_a, perm_b, sigs)
+    return sigs
+
+
+def band_keys(dev, sigs, bands: int, rows: int, seed):
+    out = dev.empty((sigs.shape[0], bands), dev.xp.uint64)
+    dev.launch("band_keys", sigs.shape[0] * bands, sigs, bands, rows, np.uint64(seed), out)
+    return out
+
+
+def _nonempty(dev, values):
+    """A zero-size array as one unused element (kernels cannot take zero-size buffers on every driver)."""
+    return values if values.shape[0] else dev.zeros(1, values.dtype)
+
+
+def sketch(dev, t: DeviceTexts, units: TextUnits, params, perm_a, perm_b) -> DeviceSketch:
+    """Band keys, sorted distinct shingle sets and (``params.keep_signatures``) signatures of every text."""
+    bounds, cursor = (units.spaces, units.space_cursor) if params.mode == WORD else (units.cp_starts, units.cp_cursor)
+    unit_hash, unit_first = unit_hashes(dev, t, bounds, cursor, params.mode, params.seed)
+    set_offsets, set_values = shingle_sets(dev, unit_hash, unit_first, params.k, params.seed)
+    sigs = minhash_signatures(dev, set_offsets, set_values, perm_a, perm_b)
+    keys = band_keys(dev, sigs, params.bands, params.rows, params.seed)
+    return DeviceSketch(keys, set_offsets, set_values, sigs if params.keep_signatures else None)
+
+
+def select(dev, sk: DeviceSketch, mask) -> DeviceSketch:
+    """The sketches of the texts where ``mask`` (bool[n], on the device) is true, in order."""
+    xp = dev.xp
+    lengths = (sk.set_offsets[1:] - sk.set_offsets[:-1])[mask]
+    owner = _segment_ids(xp, sk.set_offsets, sk.set_values.shape[0])
+    values = sk.set_values[xp.take(mask, owner)] if sk.set_values.shape[0] else sk.set_values
+    return DeviceSketch(sk.keys[mask], _exclusive_cumsum(xp, lengths), values,
+                        sk.sigs[mask] if sk.sigs is not None else None)
+
+
+def concat_sketches(dev, parts: list[DeviceSketch], bands: int, n_perm: int) -> DeviceSketch:
+    xp = dev.xp
+    if not parts:
+        return DeviceSketch(dev.empty((0, bands), xp.uint64), dev.zeros(1, xp.int64), dev.empty(0, xp.uint64))
+    lengths = xp.concat([p.set_offsets[1:] - p.set_offsets[:-1] for p in parts])
+    sigs = xp.concat([p.sigs for p in parts], axis=0) if parts[0].sigs is not None else None
+    return DeviceSketch(xp.concat([p.keys for p in parts], axis=0), _exclusive_cumsum(xp, lengths),
+                        xp.concat([p.set_values for p in parts]), sigs)
+
+
+def candidate_pairs(dev, keys, max_bucket: int, anchors: int):
+    """Distinct LSH candidate pairs ``(pi, pj)`` (int64, ``i < j``, sorted by ``(i, j)``) of the rows of
+    ``keys uint64[m, bands]``: ``pairs.candidate_pairs`` on the device."""
+    xp = dev.xp
+    m, bands = keys.shape
+    flat = xp.reshape(keys, (-1,))
+    total_entries = flat.shape[0]
+    if total_entries == 0:
+        return dev.empty(0, xp.int64), dev.empty(0, xp.int64)
+    order = xp.argsort(flat, stable=True)  # within a bucket, by document (entries are in document order)
+    sorted_keys = xp.take(flat, order)
+    docs = order // bands
+    starts = _run_starts(xp, sorted_keys)
+    run_start = xp.nonzero(starts)[0]
+    run_end = xp.concat([run_start[1:], xp.full(1, total_entries, dtype=xp.int64)])
+    entry_run = xp.cumulative_sum(xp.astype(starts, xp.int64)) - 1
+    a, b = xp.take(run_start, entry_run), xp.take(run_end, entry_run)
+    x = xp.arange(total_entries, dtype=xp.int64)
+    lim = xp.minimum(a + anchors, x)
+    large = xp.where(x > a, (lim - a) + xp.astype(x - 1 >= lim, xp.int64), 0)
+    counts = xp.where(b - a <= max_bucket, b - 1 - x, large)
+    emit_at = _exclusive_cumsum(xp, counts)
+    total = dev.scalar(emit_at[-1])
+    packed = dev.empty(total, xp.uint64)
+    dev.launch("emit_bucket_pairs", total_entries, docs, entry_run, run_start, run_end, emit_at[:-1], max_bucket,
+               anchors, packed)
+    packed = xp.sort(packed)
+    keep = _run_starts(xp, packed) & (packed != xp.asarray(NO_PAIR, dtype=xp.uint64))
+    packed = packed[keep]
+    return (xp.astype(packed >> xp.asarray(32, dtype=xp.uint64), xp.int64),
+            xp.astype(packed & xp.asarray(0xFFFFFFFF, dtype=xp.uint64), xp.int64))
+
+
+def jaccard(dev, set_offsets, set_values, pi, pj):
+    """float64[p] exact Jaccard of each pair of sorted sets."""
+    out = dev.empty(pi.shape[0], dev.xp.float64)
+    dev.launch("jaccard_sorted", pi.shape[0], set_offsets, _nonempty(dev, set_values), pi, pj, out)
+    return out
+
+
+def signature_agreement(dev, sigs, pi, pj):
+    out = dev.empty(pi.shape[0], dev.xp.float64)
+    dev.launch("signature_agreement", pi.shape[0], sigs, pi, pj, out)
+    return out
+
+
+def components(dev, m: int, pi, pj):
+    """int64[m] component label of each node, its smallest member (``pairs.components``): min-label
+    hooking and pointer jumping until no edge joins two labels."""
+    xp = dev.xp
+    labels = xp.arange(m, dtype=xp.int64)
+    while pi.shape[0]:
+        changed = dev.zeros(1, xp.int32)
+        dev.launch("hook_min", pi.shape[0], pi, pj, labels, changed)
+        dev.launch("compress_labels", m, labels)
+        if not dev.scalar(changed):
+            break
+    return labels
+
+
+def canonicals(dev, labels, key=None):
+    """int64[m] index of each element's canonical: the element of its group with the smallest ``key``
+    (int64[m], smaller wins), ties to the smallest index (``table.canonicals`` over rows in order).
+    Without a key that is the group's smallest index: the label itself, for labels from ``components``."""
+    if key is None:
+        return labels
+    xp = dev.xp
+    m = labels.shape[0]
+    by_key = xp.argsort(key, stable=True)
+    order = xp.take(by_key, xp.argsort(xp.take(labels, by_key), stable=True))
+    starts = _run_starts(xp, xp.take(labels, order))
+    group = xp.cumulative_sum(xp.astype(starts, xp.int64)) - 1
+    canon_sorted = xp.take(order, xp.take(xp.nonzero(starts)[0], group))
+    out = dev.empty(m, xp.int64)
+    dev.launch("scatter", m, order, canon_sorted, out)
+    return out

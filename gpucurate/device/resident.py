@@ -1,0 +1,106 @@
+"""The device-resident exact + fuzzy path of one process with one GPU.
+
+Each partition's normalized text goes up once (``text_pass``): its exact hashes and counts come back,
+its MinHash sketches stay on the device. ``cluster`` then selects the fuzzy participants, buckets,
+verifies and labels them on the device; only the canonicals, similarities and the scored candidate
+pairs come back. ``DeviceArrays.ledger`` counts every copy.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import glue
+from .arrays import DeviceArrays
+
+log = logging.getLogger("gpucurate")
+
+
+@dataclass
+class ClusterResult:
+    """Host arrays over the ``m`` participants (local indices)."""
+    canon: np.ndarray  # int64[m] canonical of each participant
+    similarity: np.ndarray  # float64[m] score to the canonical (1.0 for canonicals)
+    pi: np.ndarray  # int64[p] candidate pairs, sorted by (i, j)
+    pj: np.ndarray
+    scores: np.ndarray  # float64[p]
+    n_shingles: int
+    bucket_entries: int
+
+
+class ResidentCorpus:
+    """Device results of the partitions of one run, kept between the exact and the fuzzy stage.
+
+    Parameters
+    ----------
+    dev : the backend's ``DeviceArrays``.
+    params : ``stages.fuzzy.FuzzyParams`` of the run's MinHash stage, or None to hash only.
+    """
+
+    def __init__(self, dev: DeviceArrays, params=None):
+        self.dev, self.params = dev, params
+        self.sketches: dict[int, glue.DeviceSketch] = {}
+        self._perms = None
+
+    def _permutations(self):
+        if self._perms is None:
+            with self.dev.step("fuzzy: permutations"):
+                self._perms = (self.dev.to_device(self.params.perm_a), self.dev.to_device(self.params.perm_b))
+        return self._perms
+
+    def text_pass(self, index: int, offsets: np.ndarray, data: np.ndarray):
+        """Partition ``index``'s texts up once: ``(hashes uint64[n], words int64[n], chars int64[n])`` back,
+        its sketches (when there are fuzzy params) kept for ``cluster``."""
+        dev, xp = self.dev, self.dev.xp
+        with dev.lock:
+            with dev.step("upload text"):
+                t = glue.upload_texts(dev, offsets, data)
+            char_mode = self.params is not None and self.params.mode != 0
+            units = glue.text_units(dev, t, char_mode)
+            hashes = glue.text_hashes(dev, t)
+            with dev.step("exact: hashes and counts"):
+                out = (dev.to_host(hashes), dev.to_host(xp.astype(units.words, xp.int32)).astype(np.int64),
+                       dev.to_host(xp.astype(units.chars, xp.int32)).astype(np.int64))
+            if self.params is not None:
+                with dev.step("fuzzy: sketch"):
+                    self.sketches[index] = glue.sketch(dev, t, units, self.params, *self._permutations())
+        return out
+
+    def cluster(self, masks: list[np.ndarray], key: np.ndarray | None, threshold: float, verify: bool,
+                max_bucket: int, anchors: int) -> ClusterResult:
+        """Clusters of the participants (``masks[p]``: bool over partition p's rows); ``key`` int64[m]
+        the canonical policy's key of each participant, None for input order."""
+        dev, xp = self.dev, self.dev.xp
+        p = self.params
+        with dev.lock:
+            with dev.step("fuzzy: participants"):
+                parts = [glue.select(dev, self.sketches.pop(i), dev.to_device(mask)) for i, mask in enumerate(masks)]
+                sk = glue.concat_sketches(dev, parts, p.bands, len(p.perm_a))
+                key_dev = dev.to_device(key) if key is not None else None
+            del parts
+            self.sketches.clear()
+            m = sk.keys.shape[0]
+            with dev.step("fuzzy: lsh"):
+                has = (sk.set_offsets[1:] - sk.set_offsets[:-1]) > 0
+                some = xp.nonzero(has)[0]
+                all_have = some.shape[0] == m
+                pi, pj = glue.candidate_pairs(dev, sk.keys if all_have else sk.keys[has], max_bucket, anchors)
+                if not all_have:
+                    pi, pj = xp.take(some, pi), xp.take(some, pj)
+            with dev.step("fuzzy: verify"):
+                score = (lambda a, b: glue.jaccard(dev, sk.set_offsets, sk.set_values, a, b)) if verify else \
+                    (lambda a, b: glue.signature_agreement(dev, sk.sigs, a, b))
+                scores = score(pi, pj)
+            with dev.step("fuzzy: components"):
+                edge = scores >= threshold - 1e-12
+                labels = glue.components(dev, m, pi[edge], pj[edge])
+                canon = glue.canonicals(dev, labels, key_dev)
+                local = xp.arange(m, dtype=xp.int64)
+                similarity = xp.where(canon == local, xp.ones(m, dtype=xp.float64), score(local, canon))
+            with dev.step("fuzzy: results"):
+                result = ClusterResult(dev.to_host(canon), dev.to_host(similarity), dev.to_host(pi), dev.to_host(pj),
+                                       dev.to_host(scores), int(sk.set_values.shape[0]), int(m * p.bands))
+        return result
