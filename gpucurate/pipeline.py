@@ -107,7 +107,10 @@ def run(inputs: list[str] | str, output: str | os.PathLike, config: Config | str
         wall = time.perf_counter() - start
         summary = _summary(cfg, inputs, specs, report, result, timer, wall, backend.name, executor.description)
         if backend.arrays is not None:
-            summary["device"] = dict(backend.arrays.ledger.summary(), arrays=backend.arrays.kind)
+            summary["device"] = dict(backend.arrays.ledger.summary(), arrays=backend.arrays.kind,
+                                     resident=executor.client is None)
+            if executor.client is not None:
+                summary["device"]["note"] = "the copies of the partition tasks on the Dask workers are not counted"
     write_json(summary, out / "summary.json")
     from .report import write_report
     write_report(out)

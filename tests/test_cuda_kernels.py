@@ -280,3 +280,15 @@ def test_launch_checks_the_declared_signature():
     dev = simulated_arrays()
     with pytest.raises(TypeError, match="probe: argument 0 is array\\(int32"):
         dev.launch("probe", 4, np.zeros(4, np.int32))
+
+
+def test_gpu_backend_on_a_cluster(tmp_path):
+    """``--backend gpu`` with the partition tasks on Dask worker processes (as one worker per GPU under
+    dask-cuda): each worker makes its own device arrays; the result equals the CPU run's."""
+    distributed = pytest.importorskip("distributed")
+    src, _ = _corpus(tmp_path, n=120, seed=4)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  host="127.0.0.1") as cluster:
+        cpu, gpu = _run_both(tmp_path, src, {"input.partition_bytes": 2048, "fuzzy.lsh": "dask",
+                                             "run.scheduler": cluster.scheduler_address})
+    assert gpu["executor"].startswith("dask cluster") and gpu["stages"]["fuzzy"]["lsh"] == "dask"

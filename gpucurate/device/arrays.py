@@ -70,6 +70,10 @@ class DeviceArrays:
         # the simulator is not thread-safe, and one device runs one partition's kernels at a time anyway
         self.lock = threading.RLock()
 
+    def __reduce__(self):
+        """A worker process (one GPU each under dask-cuda) makes its own arrays of the same kind."""
+        return (process_arrays, (self.kind,))
+
     # --- transfers (the only ones) -----------------------------------------------------------------
 
     @contextmanager
@@ -101,7 +105,8 @@ class DeviceArrays:
 
     def _sample_memory(self) -> None:
         if self.kind == "cupy":
-            used = int(self.xp.get_default_memory_pool().total_bytes())
+            import cupy
+            used = int(cupy.get_default_memory_pool().total_bytes())
             self.ledger.peak_device_bytes = max(self.ledger.peak_device_bytes or 0, used)
 
     # --- kernels -------------------------------------------------------------------------------------
@@ -141,15 +146,25 @@ def _check_signature(spec, args) -> None:
         raise TypeError(f"{spec.name}: launched with {len(args)} arguments, declared {len(expected)}")
     for k, (want, arg) in enumerate(zip(expected, args)):
         got = typeof(arg)
-        if hasattr(want, "dtype"):
-            ok = (hasattr(got, "dtype") and got.dtype == want.dtype and got.ndim == want.ndim
-                  and (want.layout == "A" or got.layout == want.layout or got.layout == "C" and want.layout == "C"))
-        else:
-            ok = not hasattr(got, "dtype") or isinstance(arg, np.generic) and np.dtype(arg.dtype).name == str(want)
-            if not hasattr(got, "dtype") and isinstance(arg, (int, np.integer)):
-                ok = str(want).startswith(("int", "uint"))
+        if hasattr(want, "dtype"):  # an array: same dtype, dimensions and layout
+            ok = getattr(got, "dtype", None) == want.dtype and got.ndim == want.ndim and got.layout == want.layout
+        else:  # a scalar: a NumPy scalar of that type, or a Python int for int64
+            ok = got == want or (type(arg) is int and str(want) == "int64")
         if not ok:
             raise TypeError(f"{spec.name}: argument {k} is {got}, declared {want}")
+
+
+_PROCESS_ARRAYS: dict[str, DeviceArrays] = {}
+
+
+def process_arrays(kind: str) -> DeviceArrays:
+    """This process's ``DeviceArrays`` of ``kind`` (made once; on a worker, its own device's)."""
+    if kind not in _PROCESS_ARRAYS:
+        _PROCESS_ARRAYS[kind] = cupy_arrays() if kind == "cupy" else simulated_arrays(strict=kind == "strict")
+        from . import host_api
+        if host_api._BOUND is None:
+            host_api.bind(_PROCESS_ARRAYS[kind])
+    return _PROCESS_ARRAYS[kind]
 
 
 def simulated_arrays(strict: bool = False) -> DeviceArrays:
@@ -157,9 +172,11 @@ def simulated_arrays(strict: bool = False) -> DeviceArrays:
     if strict:
         import array_api_strict
         return DeviceArrays(array_api_strict, "strict")
-    return DeviceArrays(np, "numpy")
+    import array_api_compat.numpy
+    return DeviceArrays(array_api_compat.numpy, "numpy")
 
 
 def cupy_arrays() -> DeviceArrays:
-    import cupy
-    return DeviceArrays(cupy, "cupy")
+    """CuPy through ``array_api_compat`` (the standard's names on every CuPy 13+; the arrays are CuPy's)."""
+    import array_api_compat.cupy
+    return DeviceArrays(array_api_compat.cupy, "cupy")

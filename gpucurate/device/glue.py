@@ -224,10 +224,9 @@ def candidate_pairs(dev, keys, max_bucket: int, anchors: int):
     dev.launch("emit_bucket_pairs", total_entries, docs, entry_run, run_start, run_end, emit_at[:-1], max_bucket,
                anchors, packed)
     packed = xp.sort(packed)
-    keep = _run_starts(xp, packed) & (packed != xp.asarray(NO_PAIR, dtype=xp.uint64))
+    keep = _run_starts(xp, packed) & (packed != int(NO_PAIR))
     packed = packed[keep]
-    return (xp.astype(packed >> xp.asarray(32, dtype=xp.uint64), xp.int64),
-            xp.astype(packed & xp.asarray(0xFFFFFFFF, dtype=xp.uint64), xp.int64))
+    return xp.astype(packed >> 32, xp.int64), xp.astype(packed & 0xFFFFFFFF, xp.int64)
 
 
 def jaccard(dev, set_offsets, set_values, pi, pj):

@@ -22,12 +22,28 @@ from ..kernels.minhash import WORD
 from . import glue
 from .arrays import DeviceArrays
 
-DEV: DeviceArrays | None = None
+_BOUND: DeviceArrays | None = None
 
 
 def bind(dev: DeviceArrays) -> None:
-    global DEV
-    DEV = dev
+    """Use ``dev`` in this process (``backend.select``, or a Backend unpickled on a Dask worker); a worker
+    that has neither probes its own device on first use."""
+    global _BOUND
+    _BOUND = dev
+
+
+class _Device:
+    """``DEV.x`` is the bound ``DeviceArrays``' ``x``, bound on first use in a worker process."""
+
+    def __getattr__(self, name):
+        global _BOUND
+        if _BOUND is None:
+            from ..backend import probe_device
+            _BOUND = probe_device()
+        return getattr(_BOUND, name)
+
+
+DEV = _Device()
 
 
 def text_hashes(offsets: np.ndarray, words: np.ndarray) -> np.ndarray:
