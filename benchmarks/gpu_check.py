@@ -1,189 +1,1197 @@
-"""GPU check: one script for a machine with a CUDA GPU (CuPy or numba-cuda, PyTorch optional).
+"""GPU check: one run of 6-8 minutes on a machine with one CUDA GPU (CuPy, numba-cuda; PyTorch optional;
+no cuDF, no internet needed), short enough to run twice in a 15-minute device budget.
 
-1. runs the CUDA kernel tests on the device (``GPUCURATE_REAL_GPU=1``, no simulator) and the tests
-   marked ``gpu``;
-2. checks CPU/GPU parity: MinHash signatures and band keys on a synthetic corpus, and the final
-   annotations of whole runs on the Reuters data (when ../shared/data is there) and on a synthetic
-   corpus;
-3. times the MinHash kernel (text -> signatures) and the whole exact+fuzzy run on the GPU and on the CPU,
-   and prints a table: docs/s, GB/s of text, ratio to the CPU, and the fraction of the GPU's memory
-   bandwidth that the MinHash step reaches (bytes it must move / time / peak bandwidth).
+Phases (``--phases a,b,c,d,e``; each runs in its own thread under its own deadline, ``--timeout-X``
+seconds; one that fails or runs out of time records its error and the next one still runs):
 
-    python benchmarks/gpu_check.py                   # ~1M synthetic documents; under 5 minutes on one GPU
-    python benchmarks/gpu_check.py --docs 3000000    # fill a large GPU for longer
+  (a) environment: versions (Python, NumPy, CuPy, numba, numba-cuda, PyTorch, CUDA driver and runtime),
+      ``numba.cuda.detect()``, the device (name, memory, SMs, compute capability), ``backend.probe_device``
+      (compile + launch a kernel), every kernel of ``kernels.cuda.KERNELS`` compiled once (JIT seconds),
+      the PTX version and target used, and host <-> device bandwidth from pageable and pinned memory
+      (256 MiB, CUDA events) plus device-to-device.
+  (b) parity with the CPU kernels: the glue's text hashes, shingle sets, signatures, band keys, candidate
+      pairs, Jaccard scores and components against ``kernels.minhash`` / ``kernels.pairs`` on 200k
+      synthetic documents and on a sliced Arrow array (offsets not starting at 0), the host-array API on
+      the slice, and whole runs (``gpucurate.run``, semantic off) with ``run.backend`` gpu vs cpu: byte
+      equality of the annotation files, ``edges.parquet`` and ``run_index.parquet`` on a synthetic Parquet
+      corpus and on Reuters-21578 (when ``shared/data/reuters21578/reuters21578.jsonl.gz`` is in the
+      checkout or beside it).
+  (c) kernel-only timings on pre-uploaded inputs (CUDA events, one warm-up, best of ``--repeat``): text
+      units, exact hashes, unit hashes, shingle sets, MinHash, band keys, the whole MinHash chain from the
+      uploaded text, LSH bucketing (candidate pairs), verification (Jaccard), components; in GB/s of text
+      and documents/s, each CUDA kernel's own time (an event pair around every launch), and the same
+      steps with the CPU kernels on all cores.
+  (d) end to end: exact + fuzzy runs (Parquet in, semantic off) on the GPU and the CPU backend at three
+      sizes (100k, 300k, 1M documents), the fixed cost and slope of wall time vs text bytes (least
+      squares), the transfer ledger and the device memory high-water (``summary["device"]`` and CuPy's
+      pool). A size whose predicted time does not fit in the phase's time left is skipped (and said so).
+  (e) the static resources of every kernel (``benchmarks/gpu_static.py``: registers, spills, occupancy;
+      needs the nvidia-cuda-nvcc wheel's ptxas, the phase records the error without it) beside the
+      kernel times measured in (c).
 
-Writes benchmarks/results/gpu_check.json. On a multi-GPU node with dask-cuda installed, the pipeline
-starts one worker per GPU by itself (``LocalCUDACluster``); this script measures one GPU.
+The result is written after every phase (and inside the long ones) to ``$OUT/gpu_check.json`` when
+``$OUT`` is set, else to ``--out`` (default ``benchmarks/results/gpu_check.json``; an explicit ``--out``
+wins over ``$OUT``), so a killed run still leaves what it had. The end is one table with the targets
+(MinHash >= 20 GB/s of text, measured on the whole chain text -> band keys of (c), the minhash kernel
+alone shown beside it; whole exact + fuzzy run >= 1 GB/s of Parquet text at the largest size of (d);
+GPU >= 10x the CPU backend on the same machine's cores, whole runs at the largest size both ran) and
+PASS/FAIL for each (n/a in the simulator). Exit status 1 when a parity check fails or phase a-d errs or
+times out; a phase left behind at its deadline stops at its next checkpoint, and the next phase waits for
+it a while before it uses the device.
+
+Through the project's device tool (one H200, 16 cores), from the repository root:
+
+    PYTHONUNBUFFERED=1 python benchmarks/gpu_check.py    # ~7 minutes; writes $OUT/gpu_check.json
+    PYTHONUNBUFFERED=1 python benchmarks/gpu_check.py --phases a,c   # a subset
+
+(timeout_s 600 leaves room for the machine's start; the phase limits add up to 7 minutes). The tool
+copies the checkout only: for the Reuters parity put the file under ``shared/data/reuters21578/`` inside
+the checkout (``../shared`` beside it does not travel). The script imports ``gpucurate`` from the
+checkout when it is not installed; its dependencies (pandas, pyarrow, dask, rich, numba, numba-cuda,
+CuPy) must be importable there.
+
+In a RAPIDS container (or any CUDA 12 image with Python):
+
+    docker run --gpus all --rm -it -v $PWD:/src -w /src rapidsai/base:latest bash
+    pip install -e '.[gpu]' && python benchmarks/gpu_check.py
+
+On a multi-GPU node this script measures one GPU (the first visible one; pick it with
+``CUDA_VISIBLE_DEVICES``). The pipeline itself starts one Dask worker per GPU (``LocalCUDACluster``) when
+it runs with ``--backend gpu`` and dask-cuda is installed (``pip install dask-cuda``):
+``gpucurate run --backend gpu ...``.
+
+Without a GPU, ``--smoke`` runs every phase on tiny inputs in numba's CUDA simulator (~40 s: glue parity on
+300 short documents and a 100-document slice, a 150-document whole run, kernels on 100, whole runs of
+50/100/150; 16 permutations, word 2-shingles, threshold 0.5, so that the short texts have near
+duplicates), timed with perf_counter and marked ``simulated: true`` (no bandwidth, no CUDA events):
+
+    NUMBA_ENABLE_CUDASIM=1 python benchmarks/gpu_check.py --smoke --out /tmp/gpu_check.json
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gzip
+import io
+import json
+import math
 import os
-import subprocess
+import platform
+import re
+import shutil
+import statistics
 import sys
 import tempfile
+import threading
 import time
+import traceback
+import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+if str(ROOT) not in sys.path:  # gpucurate from this checkout when it is not installed (a bare device machine)
+    sys.path.insert(1, str(ROOT))
 from common import REUTERS, print_table, write_json  # noqa: E402
 
+PHASES = {"a": "environment", "b": "parity", "c": "kernel timings", "d": "end to end", "e": "static resources"}
+DEFAULT_TIMEOUTS = {"a": 45, "b": 90, "c": 75, "d": 180, "e": 30}  # 420 s in all
+TARGETS = {"minhash_gb_s": 20.0, "whole_run_gb_s": 1.0, "gpu_vs_cpu": 10.0}
+# parity check -> the record of phase (b) that holds its details
+PARITY_SOURCES = {"glue_sketch_and_pairs": "glue", "glue_sliced_arrow": "glue_sliced",
+                  "host_api_sliced_arrow": "host_api_sliced"}
+# which CUDA kernels each glue step launches (the static table's rows are kernels)
+STEP_KERNELS = {"text units": ["byte_flags"], "exact text hashes": ["text_hashes"], "unit hashes": ["unit_hashes"],
+                "shingle sets": ["shingle_hashes"], "minhash signatures": ["minhash"], "band keys": ["band_keys"],
+                "lsh candidate pairs": ["emit_bucket_pairs"], "verify jaccard": ["jaccard_sorted"],
+                "components": ["hook_min", "compress_labels"]}
 
-def synthetic_texts(n_docs: int, seed: int = 0, vocab_size: int = 50_000) -> pa.LargeStringArray:
-    """``n_docs`` texts of 50-400 random words (Zipf-like), a third of them near-copies of another with
-    3% of the words replaced, built straight into Arrow buffers (no Python per word)."""
+
+# --- synthetic corpus ------------------------------------------------------------------------------------
+
+_CHUNK = 1 << 16
+_VOCAB: dict[int, pa.Array] = {}
+
+
+def _vocab(size: int) -> pa.Array:
+    if size not in _VOCAB:
+        _VOCAB[size] = pa.array([f"w{i:x}" for i in range(size)], pa.large_string())
+    return _VOCAB[size]
+
+
+def _chunk_texts(n: int, seed, vocab_size: int, min_words: int, max_words: int, copy_fraction: float,
+                 exact_fraction: float, edit_rate: float) -> pa.Array:
     rng = np.random.default_rng(seed)
-    vocab = np.array([f"w{i:x}" for i in range(vocab_size)])
-    vocab_bytes = np.frombuffer("".join(vocab).encode(), np.uint8)
-    vocab_len = np.char.str_len(vocab).astype(np.int64)
-    vocab_off = np.concatenate(([0], np.cumsum(vocab_len)))
-    lengths = rng.integers(50, 400, n_docs)
-    ids = np.minimum(rng.zipf(1.3, lengths.sum()) - 1, vocab_size - 1)
-    starts = np.concatenate(([0], np.cumsum(lengths)))
-    copies = rng.random(n_docs) < 1 / 3
-    source = rng.integers(0, n_docs, n_docs)
-    for d in np.flatnonzero(copies):  # a copy takes its source's words (then some edits)
-        s = source[d]
-        k = min(lengths[d], lengths[s])
-        ids[starts[d]:starts[d] + k] = ids[starts[s]:starts[s] + k]
-    edit = np.repeat(copies, lengths) & (rng.random(lengths.sum()) < 0.03)
-    ids[edit] = rng.integers(0, vocab_size, edit.sum())
-    word_bytes = vocab_len[ids] + 1  # word + space
-    pos = np.concatenate(([0], np.cumsum(word_bytes)))
-    data = np.full(pos[-1], 32, np.uint8)
-    within = np.arange(pos[-1]) - np.repeat(pos[:-1], word_bytes)
-    is_char = within < np.repeat(vocab_len[ids], word_bytes)
-    data[is_char] = vocab_bytes[np.repeat(vocab_off[ids], word_bytes)[is_char] + within[is_char]]
-    doc_start = pos[starts]  # byte where each text starts; it ends with one space, dropped here
-    keep = np.ones(len(data), bool)
-    keep[doc_start[1:] - 1] = False
-    text_off = np.concatenate(([0], np.cumsum(np.diff(doc_start) - 1))).astype(np.int64)
-    return pa.LargeStringArray.from_buffers(n_docs, pa.py_buffer(text_off), pa.py_buffer(data[keep]))
+    lengths = rng.integers(min_words, max_words + 1, n)
+    copies = rng.random(n) < copy_fraction
+    copies[0] = False  # a chunk always has an original to copy
+    originals = np.flatnonzero(~copies)
+    cd = np.flatnonzero(copies)
+    cs = originals[rng.integers(0, len(originals), len(cd))]
+    lengths[cd] = lengths[cs]
+    starts = np.zeros(n + 1, np.int64)
+    np.cumsum(lengths, out=starts[1:])
+    # word ids log-uniform over the vocabulary (a Zipf law of exponent 1: frequent words, a long tail)
+    ids = (np.float32(vocab_size) ** rng.random(int(starts[-1]), dtype=np.float32)).astype(np.int32) - 1
+    np.clip(ids, 0, vocab_size - 1, out=ids)
+    k = lengths[cd]
+    rep = np.repeat(np.arange(len(cd)), k)
+    within = np.arange(int(k.sum())) - np.repeat(np.cumsum(k) - k, k)
+    dst = starts[cd][rep] + within
+    ids[dst] = ids[starts[cs][rep] + within]  # a copy takes its original's words ...
+    near = rng.random(len(cd)) >= exact_fraction
+    edit = near[rep] & (rng.random(len(dst), dtype=np.float32) < edit_rate)
+    ids[dst[edit]] = rng.integers(0, vocab_size, int(edit.sum()))  # ... then some edits (near copies)
+    words = _vocab(vocab_size).take(pa.array(ids))
+    return pc.binary_join(pa.LargeListArray.from_arrays(pa.array(starts), words),
+                          pa.scalar(" ", pa.large_string())).cast(pa.large_string())
 
 
-def run_tests() -> dict:
-    env = dict(os.environ, GPUCURATE_REAL_GPU="1")
-    env.pop("NUMBA_ENABLE_CUDASIM", None)
-    cmd = [sys.executable, "-m", "pytest", "-q", "tests/test_cuda_kernels.py", "-m", "gpu or not gpu"]
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    marked = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests"], cwd=ROOT, env=env,
-                            capture_output=True, text=True)
-    tail = (proc.stdout.strip().splitlines() or [""])[-1]
-    return {"kernel_tests": tail, "kernel_tests_ok": proc.returncode == 0,
-            "gpu_marked_tests": (marked.stdout.strip().splitlines() or [""])[-1],
-            "seconds": round(time.perf_counter() - start, 1)}
+def synthetic_texts(n_docs: int, seed: int = 0, vocab_size: int = 50_000, min_words: int = 50,
+                    max_words: int = 400, copy_fraction: float = 1 / 3, exact_fraction: float = 0.2,
+                    edit_rate: float = 0.02, threads: int | None = None) -> pa.LargeStringArray:
+    """``n_docs`` texts of ``min_words``-``max_words`` random words (``w`` + hex id, log-uniform ids),
+    ``copy_fraction`` of them copies of another text of their 65,536-document chunk: ``exact_fraction`` of
+    the copies exact, the others with ``edit_rate`` of the words replaced. Built with Arrow kernels, the
+    chunks on ``threads`` threads (1M documents, ~1 GB of text, in a few seconds on 16 cores); the same
+    arguments give the same texts."""
+    from concurrent.futures import ThreadPoolExecutor
+    counts = [min(_CHUNK, n_docs - s) for s in range(0, n_docs, _CHUNK)]
+    if not counts:
+        return pa.array([], pa.large_string())
+    _vocab(vocab_size)
+
+    def one(i):
+        return _chunk_texts(counts[i], np.random.SeedSequence([seed, i]), vocab_size, min_words, max_words,
+                            copy_fraction, exact_fraction, edit_rate)
+    with ThreadPoolExecutor(threads or os.cpu_count() or 1) as pool:
+        parts = list(pool.map(one, range(len(counts))))
+    return pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
 
 
-def peak_bandwidth() -> float | None:
-    """Bytes/s of the current device's memory (clock x bus width x 2), if the driver reports them."""
+def text_nbytes(arr: pa.Array) -> int:
+    from gpucurate.text import arrow_buffers
+    offsets, _ = arrow_buffers(arr)
+    return int(offsets[-1] - offsets[0])
+
+
+def reuters_path() -> Path | None:
+    for p in (ROOT / "shared" / "data" / "reuters21578" / "reuters21578.jsonl.gz", REUTERS):
+        if p.is_file():
+            return p
+    return None
+
+
+def reuters_table(path: Path) -> pa.Table:
+    """Non-empty Reuters bodies and their ``newid`` (as ``common.reuters_bodies``)."""
+    texts, ids = [], []
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            rec = json.loads(line)
+            if rec.get("body"):
+                texts.append(rec["body"])
+                ids.append(rec["newid"])
+    return pa.table({"id": pa.array(ids, pa.int64()), "text": pa.array(texts, pa.large_string())})
+
+
+# --- shared state, timing helpers --------------------------------------------------------------------------
+
+class Context:
+    """What the phases share: arguments, the backend, the corpus, the result and its writer."""
+
+    def __init__(self, args, result: dict, out_path: Path):
+        self.args, self.result, self.out_path = args, result, out_path
+        self.backend = None
+        self._local = threading.local()  # each phase thread's deadline
+        self.zombies: list[threading.Thread] = []
+        # held by the running phase: one left behind past its deadline stops at its next checkpoint, and
+        # the next phase waits for that (a while) before it uses the device (the simulator is not
+        # thread-safe; on a GPU two phases at once would also skew the timings)
+        self.phase_lock = threading.Lock()
+        self.tmp = Path(tempfile.mkdtemp(prefix="gpu_check-", dir=args.tmp))
+        self._corpus: pa.Array | None = None
+        self.corpus_docs = 0
+        self.kernel_measured: dict[str, dict] = {}  # CUDA kernel -> measured in (c)
+        self.text_bytes_c = 0
+        self._save_lock = threading.Lock()
+
+    def left(self) -> float:
+        """Seconds left to the calling phase."""
+        return getattr(self._local, "deadline", math.inf) - time.monotonic()
+
+    def checkpoint(self) -> None:
+        """Stop a phase thread that is past its deadline (it was left behind: the next phase runs)."""
+        if self.left() < -2:
+            raise PhaseAbandoned("past the phase's deadline")
+
+    def get_backend(self):
+        if self.backend is None:
+            from gpucurate.backend import select
+            self.backend = select("gpu")
+        return self.backend
+
+    @property
+    def dev(self):
+        return self.get_backend().arrays
+
+    @property
+    def simulated(self) -> bool:
+        return bool(self.dev.simulated)
+
+    def corpus(self, n: int) -> pa.Array:
+        """The first ``n`` synthetic documents (one corpus for every phase, generated once)."""
+        if self._corpus is None or len(self._corpus) < n:
+            a = self.args
+            start = time.perf_counter()
+            self._corpus = synthetic_texts(max(n, self.corpus_docs), seed=a.seed, min_words=a.min_words,
+                                           max_words=a.max_words, edit_rate=a.edit_rate)
+            self.result.setdefault("corpus", {}).update(
+                {"documents": len(self._corpus), "text_bytes": text_nbytes(self._corpus),
+                 "generated_s": round(time.perf_counter() - start, 2), "min_words": a.min_words,
+                 "max_words": a.max_words, "edit_rate": a.edit_rate, "seed": a.seed})
+        return self._corpus.slice(0, n)
+
+    def save(self) -> None:
+        self.checkpoint()
+        with self._save_lock:
+            for _ in range(5):  # a phase thread past its deadline may still be writing into the result
+                try:
+                    data = json.loads(json.dumps(self.result, default=_json_default))
+                    break
+                except RuntimeError:
+                    time.sleep(0.05)
+            else:
+                return
+            tmp = self.out_path.with_name(self.out_path.name + ".tmp")
+            write_json(data, tmp)
+            os.replace(tmp, self.out_path)
+
+
+def _json_default(v):
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, (Path, tuple, set)):
+        return str(v) if isinstance(v, Path) else list(v)
+    return repr(v)
+
+
+class PhaseAbandoned(RuntimeError):
+    pass
+
+
+class OutOfTime(RuntimeError):
+    """The phase's time is nearly spent: the steps left are skipped (and said so)."""
+
+
+class Clock:
+    """CUDA events (on CuPy's current stream, which numba's launches share) on a GPU, perf_counter in the
+    simulator (whose launches are synchronous)."""
+
+    def __init__(self, dev):
+        self.events = dev.kind == "cupy"
+        if self.events:
+            import cupy
+            self.cp = cupy
+
+    def mark(self):
+        if self.events:
+            e = self.cp.cuda.Event()
+            e.record()
+            return e
+        return time.perf_counter()
+
+    def seconds(self, a, b) -> float:
+        if self.events:
+            b.synchronize()
+            return self.cp.cuda.get_elapsed_time(a, b) / 1e3
+        return b - a
+
+    def sync(self):
+        if self.events:
+            self.cp.cuda.get_current_stream().synchronize()
+
+
+@contextlib.contextmanager
+def traced_launches(dev, clock: Clock, records: list):
+    """Every ``dev.launch`` inside appends ``(kernel, threads, start, end)`` (an event pair on a GPU)."""
+    launch = dev.launch
+
+    def timed_launch(name, n, *args):
+        if n <= 0:
+            return launch(name, n, *args)
+        a = clock.mark()
+        launch(name, n, *args)
+        records.append((name, n, a, clock.mark()))
+    dev.launch = timed_launch
     try:
-        from numba import cuda
-        dev = cuda.get_current_device()
-        clock_khz = dev.MEMORY_CLOCK_RATE
-        bus_bits = dev.GLOBAL_MEMORY_BUS_WIDTH
-        return 2.0 * clock_khz * 1e3 * bus_bits / 8
-    except Exception:
-        return None
+        yield
+    finally:
+        del dev.launch
 
 
-def time_signatures(arr: pa.LargeStringArray, kernels, repeat: int) -> tuple[float, np.ndarray, np.ndarray]:
+def time_step(dev, clock: Clock, fn, repeat: int, warmup: bool):
+    """``(timing, output)``: the best and median seconds of ``repeat`` calls of ``fn`` and each CUDA kernel's
+    time in the best call."""
+    if warmup:
+        fn()
+        clock.sync()
+    times, best, out = [], None, None
+    for _ in range(max(1, repeat)):
+        records: list = []
+        out = None
+        with traced_launches(dev, clock, records):
+            a = clock.mark()
+            out = fn()
+            b = clock.mark()
+        sec = clock.seconds(a, b)
+        times.append(sec)
+        if best is None or sec < best[0]:
+            kernels: dict = {}
+            for name, n, x, y in records:
+                k = kernels.setdefault(name, {"launches": 0, "threads": 0, "seconds": 0.0})
+                k["launches"] += 1
+                k["threads"] += int(n)
+                k["seconds"] += clock.seconds(x, y)
+            best = (sec, kernels)
+    return {"seconds": best[0], "median_s": statistics.median(times), "repeats": len(times),
+            "kernels": best[1]}, out
+
+
+def cpu_time(fn, repeat: int = 1):
+    best, out = math.inf, None
+    for _ in range(max(1, repeat)):
+        start = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, out
+
+
+def fuzzy_params(args) -> SimpleNamespace:
+    """The run's MinHash settings (word ``--ngram``-shingles, seed 42, verify on) as glue params."""
     from gpucurate.kernels.hashing import permutations
     from gpucurate.kernels.minhash import WORD
+    from gpucurate.stages.fuzzy import optimal_bands_rows
+    bands, rows = optimal_bands_rows(args.threshold, args.num_perm, 0.02, 0.98)
+    a, b = permutations(args.num_perm, 42)
+    return SimpleNamespace(mode=WORD, k=args.ngram, seed=np.uint64(42), bands=bands, rows=rows, keep_signatures=True,
+                           perm_a=a, perm_b=b, threshold=args.threshold, max_bucket=1000, anchors=8)
+
+
+def run_overrides(args, backend: str) -> dict:
+    over = {"run.backend": backend, "run.progress": False, "semantic.enabled": False, "output.overwrite": True,
+            "fuzzy.num_perm": args.num_perm, "fuzzy.threshold": args.threshold, "fuzzy.ngram": args.ngram}
+    if args.workers:
+        over["run.workers"] = args.workers
+    return over
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".strip()
+
+
+def attempt(rec: dict, key: str, fn):
+    """``rec[key] = fn()``, or ``rec[key] = {"error": ...}`` when it raises."""
+    try:
+        rec[key] = fn()
+    except Exception as exc:  # noqa: BLE001 - a sub-step's failure is a result
+        rec[key] = {"error": _first_line(exc)}
+    return rec[key]
+
+
+# --- (a) environment ---------------------------------------------------------------------------------------
+
+def _cuda_version(v: int) -> str:
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def versions() -> dict:
+    from importlib import metadata
+    out = {"python": sys.version.split()[0], "platform": platform.platform(), "cpu_count": os.cpu_count()}
+    for dist in ("gpucurate", "numpy", "pyarrow", "numba", "numba-cuda", "cupy", "cupy-cuda12x", "cupy-cuda13x",
+                 "torch", "nvidia-cuda-nvcc-cu12", "dask-cuda"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    try:
+        import cupy
+        out["cupy_module"] = cupy.__version__
+        out["cuda_driver"] = _cuda_version(cupy.cuda.runtime.driverGetVersion())
+        out["cuda_runtime"] = _cuda_version(cupy.cuda.runtime.runtimeGetVersion())
+    except Exception as exc:  # noqa: BLE001
+        out["cupy_error"] = _first_line(exc)
+    try:
+        import torch
+        out["torch_cuda"] = torch.version.cuda
+        out["torch_cuda_available"] = bool(torch.cuda.is_available())
+    except Exception as exc:  # noqa: BLE001
+        out["torch_error"] = _first_line(exc)
+    try:
+        from numba import cuda
+        if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") in ("", "0"):  # a real driver
+            out["numba_cuda_driver"] = ".".join(map(str, cuda.cudadrv.driver.driver.get_version()))
+            out["numba_cuda_runtime"] = ".".join(map(str, cuda.runtime.get_version()))
+            from numba.cuda.cudadrv import nvvm
+            out["nvvm"] = ".".join(map(str, nvvm.NVVM().get_version()))
+    except Exception as exc:  # noqa: BLE001
+        out["numba_cuda_error"] = _first_line(exc)
+    return out
+
+
+def device_info() -> dict:
+    import cupy
+    from numba import cuda
+    props = cupy.cuda.runtime.getDeviceProperties(0)
+    free, total = cupy.cuda.Device(0).mem_info
+    info = {"name": props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
+            "total_memory_bytes": int(total), "free_memory_bytes": int(free),
+            "sm_count": int(props["multiProcessorCount"]), "compute_capability": f"{props['major']}.{props['minor']}",
+            "l2_bytes": int(props.get("l2CacheSize", 0)), "device_count": cupy.cuda.runtime.getDeviceCount(),
+            "numba_device": cuda.get_current_device().name.decode()
+            if isinstance(cuda.get_current_device().name, bytes) else cuda.get_current_device().name}
+    if props.get("memoryClockRate") and props.get("memoryBusWidth"):
+        info["peak_memory_gb_s"] = 2.0 * props["memoryClockRate"] * 1e3 * props["memoryBusWidth"] / 8 / 1e9
+    return info
+
+
+def compile_kernels(left=lambda: math.inf) -> dict:
+    """Compile every registered kernel with its declared signature (what the first launches would JIT);
+    those left when ``left()`` falls under 5 s compile at their first launch instead."""
+    from gpucurate.kernels.cuda import KERNELS
+    out, total = {}, 0.0
+    for name, spec in KERNELS.items():
+        if left() < 5:
+            out[name] = "not compiled here (phase time)"
+            continue
+        start = time.perf_counter()
+        try:
+            spec.dispatcher.compile(spec.signature)
+            out[name] = round(time.perf_counter() - start, 3)
+        except Exception as exc:  # noqa: BLE001
+            out[name] = {"error": _first_line(exc)}
+        total += time.perf_counter() - start
+    return {"seconds": round(total, 2), "kernels": out}
+
+
+def ptx_info() -> dict:
+    """PTX ``.version`` and ``.target`` of the probe kernel as compiled for this device."""
+    from numba import cuda
+    from gpucurate.kernels.cuda import KERNELS
+    cc = cuda.get_current_device().compute_capability
+    asm = KERNELS["probe"].dispatcher.inspect_asm()
+    ptx = next(iter(asm.values())) if isinstance(asm, dict) and asm else asm
+    if not ptx:
+        from gpucurate.kernels import cuda_build
+        ptx = cuda_build.compile_kernel(KERNELS["probe"], cc)
+    version = re.search(r"^\s*\.version\s+(\S+)", ptx, re.M)
+    target = re.search(r"^\s*\.target\s+(\S+)", ptx, re.M)
+    return {"device_cc": f"{cc[0]}.{cc[1]}", "ptx_version": version.group(1) if version else None,
+            "ptx_target": target.group(1) if target else None}
+
+
+def bandwidth(nbytes: int, repeat: int = 3) -> dict:
+    """Host -> device and device -> host GB/s from a pageable NumPy array and from pinned memory, and a
+    device -> device copy (read + write counted), best of ``repeat`` (CUDA events)."""
+    import cupy as cp
+    clock = Clock(SimpleNamespace(kind="cupy"))
+    host = np.ones(nbytes, np.uint8)  # touched, so that page faults are not timed
+    try:
+        import cupyx
+        pinned = cupyx.empty_pinned(nbytes, np.uint8)
+    except (ImportError, AttributeError):
+        mem = cp.cuda.alloc_pinned_memory(nbytes)
+        pinned = np.frombuffer(mem, np.uint8, nbytes)
+    pinned[:] = 1
+    dev = cp.empty(nbytes, cp.uint8)
+    dev2 = cp.empty(nbytes, cp.uint8)
+
+    def best(fn, moved=nbytes):
+        t = math.inf
+        for _ in range(repeat):
+            a = clock.mark()
+            fn()
+            t = min(t, clock.seconds(a, clock.mark()))
+        return round(moved / t / 1e9, 2)
+    out = {"bytes": nbytes,
+           "h2d_pageable_gb_s": best(lambda: dev.set(host)),
+           "h2d_pinned_gb_s": best(lambda: dev.set(pinned)),
+           "d2h_pageable_gb_s": best(lambda: dev.get(out=host)),
+           "d2h_pinned_gb_s": best(lambda: dev.get(out=pinned)),
+           "d2d_gb_s": best(lambda: cp.copyto(dev2, dev), 2 * nbytes)}
+    del dev, dev2, pinned
+    cp.get_default_memory_pool().free_all_blocks()
+    cp.get_default_pinned_memory_pool().free_all_blocks()
+    return out
+
+
+def phase_env(ctx: Context, rec: dict) -> None:
+    rec["versions"] = versions()
+    ctx.save()
+    from numba import cuda
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        try:
+            cuda.detect()
+        except Exception as exc:  # noqa: BLE001
+            print(f"detect failed: {_first_line(exc)}")
+    rec["numba_cuda_detect"] = buf.getvalue()
+    start = time.perf_counter()
+    backend = ctx.get_backend()  # backend.select("gpu"): probe_device compiles and launches a kernel
+    dev = backend.arrays
+    rec["probe"] = {"ok": True, "seconds": round(time.perf_counter() - start, 2), "arrays": dev.kind,
+                    "torch_device": backend.torch_device}
+    rec["simulated"] = ctx.result["simulated"] = bool(dev.simulated)
+    ctx.save()
+    if dev.simulated:
+        rec["device"] = {"name": "numba CUDA simulator"}
+        rec["bandwidth"] = {"skipped": "simulated"}
+        return
+    attempt(rec, "device", device_info)
+    attempt(rec, "ptx", ptx_info)
+    ctx.save()
+    if ctx.left() > 10:
+        attempt(rec, "bandwidth", lambda: bandwidth(ctx.args.bandwidth_mb << 20))
+    else:
+        rec["bandwidth"] = {"skipped": "no time left"}
+    ctx.save()
+    attempt(rec, "jit", lambda: compile_kernels(ctx.left))
+
+
+# --- (b) parity --------------------------------------------------------------------------------------------
+
+def sorted_sets(dev, offsets: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The CPU's sets (first-seen order) sorted within each set, on the device."""
+    xp = dev.xp
+    off, val = dev.to_device(offsets.astype(np.int64)), dev.to_device(values)
+    owner = xp.searchsorted(off[1:], xp.arange(val.shape[0], dtype=xp.int64), side="right")
+    by_value = xp.argsort(val, stable=True)
+    order = xp.take(by_value, xp.argsort(xp.take(owner, by_value), stable=True))
+    return dev.to_host(xp.take(val, order))
+
+
+def glue_parity(dev, arr: pa.Array, fz, threads: int) -> dict:
+    """The glue's results on ``arr`` against the CPU kernels', step by step."""
+    from gpucurate.device import glue
+    from gpucurate.kernels import minhash, pairs
+    from gpucurate.kernels.hashing import padded_words
     from gpucurate.text import arrow_buffers
     offsets, data = arrow_buffers(arr)
-    a, b = permutations(128, 42)
-    best = np.inf
-    for _ in range(repeat):
-        start = time.perf_counter()
-        sigs, _, _ = kernels.signatures(offsets, data, WORD, 5, np.uint64(42), a, b, threads=os.cpu_count() or 1)
-        best = min(best, time.perf_counter() - start)
-    keys = kernels.band_keys(sigs, 17, 7, np.uint64(42))
-    return best, sigs, keys
-
-
-def full_run(src: Path, out: Path, backend: str) -> tuple[float, object]:
-    import gpucurate
+    n = len(offsets) - 1
     start = time.perf_counter()
-    gpucurate.run([str(src)], out, overrides={"run.backend": backend, "run.progress": False,
-                                               "semantic.enabled": False, "output.overwrite": True})
+    t = glue.upload_texts(dev, offsets, data)
+    units = glue.text_units(dev, t, False)
+    sk = glue.sketch(dev, t, units, fz, dev.to_device(fz.perm_a), dev.to_device(fz.perm_b))
+    g_hash = dev.to_host(glue.text_hashes(dev, t))
+    pi, pj = glue.candidate_pairs(dev, sk.keys, fz.max_bucket, fz.anchors)
+    scores = glue.jaccard(dev, sk.set_offsets, sk.set_values, pi, pj)
+    edge = scores >= fz.threshold - 1e-12
+    g_labels = dev.to_host(glue.components(dev, n, pi[edge], pj[edge]))
+    g = {"sigs": dev.to_host(sk.sigs), "keys": dev.to_host(sk.keys), "off": dev.to_host(sk.set_offsets),
+         "val": dev.to_host(sk.set_values), "pi": dev.to_host(pi), "pj": dev.to_host(pj),
+         "scores": dev.to_host(scores)}
+    gpu_s = time.perf_counter() - start
+    start = time.perf_counter()
+    c_sigs, c_off, c_val = minhash.signatures(offsets, data, fz.mode, fz.k, fz.seed, fz.perm_a, fz.perm_b,
+                                              threads=threads)
+    c_keys = minhash.band_keys(c_sigs, fz.bands, fz.rows, fz.seed)
+    c_hash = minhash.text_hashes(offsets - offsets[0], padded_words(data[offsets[0]:offsets[-1]]))
+    c_pi, c_pj = pairs.candidate_pairs(c_keys, fz.max_bucket, fz.anchors)
+    c_scores = pairs.jaccard_pairs(c_off, c_val, c_pi, c_pj)
+    c_edge = c_scores >= fz.threshold - 1e-12
+    c_labels = pairs.components(n, c_pi[c_edge], c_pj[c_edge])
+    cpu_s = time.perf_counter() - start
+    checks = {"text_hashes": np.array_equal(g_hash, c_hash), "signatures": np.array_equal(g["sigs"], c_sigs),
+              "band_keys": np.array_equal(g["keys"], c_keys), "set_offsets": np.array_equal(g["off"], c_off),
+              "set_values": np.array_equal(g["val"], sorted_sets(dev, c_off, c_val)),
+              "candidate_pairs": np.array_equal(g["pi"], c_pi) and np.array_equal(g["pj"], c_pj),
+              "jaccard": np.array_equal(g["scores"], c_scores), "components": np.array_equal(g_labels, c_labels)}
+    return {"documents": n, "text_bytes": int(offsets[-1] - offsets[0]), "first_offset": int(offsets[0]),
+            "shingles": int(len(c_val)), "candidate_pairs": int(len(c_pi)), "edges": int(c_edge.sum()),
+            "components": int(len(np.unique(c_labels))), "gpu_s": round(gpu_s, 3), "cpu_s": round(cpu_s, 3),
+            "checks": {k: bool(v) for k, v in checks.items()}, "ok": bool(all(checks.values()))}
+
+
+def host_api_parity(backend, arr: pa.Array, fz) -> dict:
+    """The GPU backend's host-array functions (``device.host_api``) against the CPU kernels."""
+    from gpucurate.kernels import minhash
+    from gpucurate.text import arrow_buffers
+    offsets, data = arrow_buffers(arr)
+    g_sigs, g_off, _ = backend.minhash.signatures(offsets, data, fz.mode, fz.k, fz.seed, fz.perm_a, fz.perm_b)
+    c_sigs, c_off, _ = minhash.signatures(offsets, data, fz.mode, fz.k, fz.seed, fz.perm_a, fz.perm_b)
+    checks = {"signatures": np.array_equal(g_sigs, c_sigs), "set_offsets": np.array_equal(g_off, c_off),
+              "band_keys": np.array_equal(backend.minhash.band_keys(g_sigs, fz.bands, fz.rows, fz.seed),
+                                          minhash.band_keys(c_sigs, fz.bands, fz.rows, fz.seed))}
+    return {"documents": len(arr), "first_offset": int(offsets[0]), "checks": {k: bool(v) for k, v in checks.items()},
+            "ok": bool(all(checks.values()))}
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    return a.is_file() and b.is_file() and a.read_bytes() == b.read_bytes()
+
+
+def whole_run_parity(ctx: Context, name: str, table: pa.Table) -> dict:
+    import gpucurate
+    src = ctx.tmp / f"parity-{name}.parquet"
+    pq.write_table(table, src, row_group_size=50_000)
+    outs, info = {}, {"documents": table.num_rows, "text_bytes": text_nbytes(table.column("text").combine_chunks())}
+    for backend in ("gpu", "cpu"):
+        out = outs[backend] = ctx.tmp / f"parity-{name}-{backend}"
+        start = time.perf_counter()
+        summary = gpucurate.run([str(src)], out, overrides=run_overrides(ctx.args, backend))
+        info[f"{backend}_s"] = round(time.perf_counter() - start, 2)
+        info[f"{backend}_duplicates"] = {"exact": summary["stages"]["exact"]["duplicates"],
+                                         "fuzzy": summary["stages"]["fuzzy"]["duplicates"]}
+        if backend == "gpu":
+            info["device"] = summary.get("device")
+    g, c = outs["gpu"], outs["cpu"]
+    g_parts = sorted(p.name for p in (g / "annotations").glob("*.parquet"))
+    c_parts = sorted(p.name for p in (c / "annotations").glob("*.parquet"))
+    ann_bytes = bool(g_parts) and g_parts == c_parts and all(
+        _same_bytes(g / "annotations" / p, c / "annotations" / p) for p in g_parts)
+    checks = {"annotations_bytes": ann_bytes, "edges_bytes": _same_bytes(g / "edges.parquet", c / "edges.parquet"),
+              "run_index_bytes": _same_bytes(g / "run_index.parquet", c / "run_index.parquet")}
+    if not ann_bytes:  # say whether at least the values agree
+        info["annotations_values_equal"] = bool(pq.read_table(g / "annotations").sort_by("doc_id").equals(
+            pq.read_table(c / "annotations").sort_by("doc_id")))
+    info["checks"] = checks
+    info["ok"] = bool(all(checks.values()))
+    for out in outs.values():
+        shutil.rmtree(out, ignore_errors=True)
+    src.unlink(missing_ok=True)
+    return info
+
+
+def phase_parity(ctx: Context, rec: dict) -> None:
+    a = ctx.args
+    backend, dev = ctx.get_backend(), ctx.dev
+    fz = fuzzy_params(a)
+    rec["params"] = {"num_perm": a.num_perm, "bands": fz.bands, "rows": fz.rows, "k": fz.k,
+                     "threshold": fz.threshold}
+    parity = rec["parity"] = {}
+    arr = ctx.corpus(a.parity_docs)
+    threads = os.cpu_count() or 1
+    rec["glue"] = glue_parity(dev, arr, fz, threads)
+    parity["glue_sketch_and_pairs"] = rec["glue"]["ok"]
+    ctx.save()
+    lo, hi = len(arr) // 10 + 7, len(arr) - len(arr) // 20 - 3
+    if a.smoke:  # the simulator's time goes by the byte: a shorter slice
+        hi = min(hi, lo + 100)
+    sliced = arr.slice(lo, hi - lo)
+    rec["glue_sliced"] = glue_parity(dev, sliced, fz, threads)
+    parity["glue_sliced_arrow"] = rec["glue_sliced"]["ok"] and rec["glue_sliced"]["first_offset"] > 0
+    ctx.save()
+    small = sliced.slice(0, min(len(sliced), 60 if a.smoke else 20_000))
+    rec["host_api_sliced"] = host_api_parity(backend, small, fz)
+    parity["host_api_sliced_arrow"] = rec["host_api_sliced"]["ok"]
+    ctx.save()
+    synth = ctx.corpus(a.run_docs)
+    rec["run_synthetic"] = whole_run_parity(ctx, "synthetic", pa.table({"id": np.arange(len(synth)), "text": synth}))
+    parity["run_synthetic"] = rec["run_synthetic"]["ok"]
+    ctx.save()
+    path = reuters_path()
+    if a.no_reuters or (a.smoke and not a.reuters):
+        rec["run_reuters"] = {"skipped": "smoke" if a.smoke else "--no-reuters"}
+    elif path is None:
+        rec["run_reuters"] = {"skipped": f"not found: {REUTERS} (or shared/data in the checkout)"}
+    else:
+        est = 2 * (rec["run_synthetic"]["gpu_s"] + rec["run_synthetic"]["cpu_s"]) + 10
+        if ctx.left() < est:
+            rec["run_reuters"] = {"skipped": f"no time left ({ctx.left():.0f} s < ~{est:.0f} s)"}
+        else:
+            rec["run_reuters"] = whole_run_parity(ctx, "reuters", reuters_table(path))
+            parity["run_reuters"] = rec["run_reuters"]["ok"]
+    rec["ok"] = bool(all(parity.values()))
+
+
+# --- (c) kernel timings ------------------------------------------------------------------------------------
+
+def phase_kernels(ctx: Context, rec: dict) -> None:
+    from gpucurate.device import glue
+    from gpucurate.kernels import minhash, pairs
+    from gpucurate.kernels.hashing import padded_words
+    from gpucurate.text import arrow_buffers
+    a = ctx.args
+    dev = ctx.dev
+    fz = fuzzy_params(a)
+    fz.keep_signatures = False
+    clock = Clock(dev)
+    warm = not dev.simulated
+    repeat = a.repeat
+    rec["timer"] = "cuda events" if clock.events else "perf_counter (simulated)"
+    arr = ctx.corpus(a.kernel_docs)
+    offsets, data = arrow_buffers(arr)
+    n, nbytes = len(arr), int(offsets[-1] - offsets[0])
+    ctx.text_bytes_c = nbytes
+    rec.update({"documents": n, "text_bytes": nbytes, "repeat": repeat, "warmup": warm})
+    steps = rec["steps"] = {}
+
+    def record(name, timing, note=None):
+        timing = dict(timing)
+        timing["gb_per_s"] = nbytes / timing["seconds"] / 1e9 if timing["seconds"] > 0 else None
+        timing["docs_per_s"] = n / timing["seconds"] if timing["seconds"] > 0 else None
+        if note:
+            timing["note"] = note
+        steps[name] = timing
+        ctx.save()
+
+    start = clock.mark()
+    t = glue.upload_texts(dev, offsets, data)
+    record("upload text (host -> device, incl. padding)", {"seconds": clock.seconds(start, clock.mark())})
+    pa_d, pb_d = dev.to_device(fz.perm_a), dev.to_device(fz.perm_b)
+
+    def step(name, fn):
+        ctx.checkpoint()
+        if ctx.left() < 5:
+            raise OutOfTime(f"{name} and the steps after it ({ctx.left():.0f} s left)")
+        timing, out = time_step(dev, clock, fn, repeat, warm)
+        record(name, timing)
+        return out
+
+    def gpu_steps():  # its locals (the device arrays) go when it returns
+        units = step("text units", lambda: glue.text_units(dev, t, False))
+        step("exact text hashes", lambda: glue.text_hashes(dev, t))
+        uh = step("unit hashes", lambda: glue.unit_hashes(dev, t, units.spaces, units.space_cursor, fz.mode,
+                                                          fz.seed))
+        sets = step("shingle sets", lambda: glue.shingle_sets(dev, uh[0], uh[1], fz.k, fz.seed))
+        del uh
+        sigs = step("minhash signatures", lambda: glue.minhash_signatures(dev, sets[0], sets[1], pa_d, pb_d))
+        keys = step("band keys", lambda: glue.band_keys(dev, sigs, fz.bands, fz.rows, fz.seed))
+        del sigs
+        step("minhash chain (text -> band keys)",
+             lambda: glue.sketch(dev, t, glue.text_units(dev, t, False), fz, pa_d, pb_d))
+        pij = step("lsh candidate pairs", lambda: glue.candidate_pairs(dev, keys, fz.max_bucket, fz.anchors))
+        rec["candidate_pairs"] = int(pij[0].shape[0])
+        scores = step("verify jaccard", lambda: glue.jaccard(dev, sets[0], sets[1], pij[0], pij[1]))
+        edge = scores >= fz.threshold - 1e-12
+        ei, ej = pij[0][edge], pij[1][edge]
+        rec["edges"] = int(ei.shape[0])
+        step("components", lambda: glue.components(dev, n, ei, ej))
+    try:
+        gpu_steps()
+    except OutOfTime as exc:
+        rec["skipped"] = str(exc)
+    del t
+    for name, kernels in STEP_KERNELS.items():  # each kernel's time where it is the step's own
+        if name in steps:
+            for k in kernels:
+                if k in steps[name]["kernels"]:
+                    ctx.kernel_measured[k] = dict(steps[name]["kernels"][k], step=name)
+    rec["kernels"] = ctx.kernel_measured
+    if dev.kind == "cupy":
+        import cupy
+        rec["pool_bytes"] = int(cupy.get_default_memory_pool().total_bytes())
+        cupy.get_default_memory_pool().free_all_blocks()
+    ctx.save()
+
+    # the CPU kernels on the same texts, all cores (the CPU backend's steps)
+    cpu = rec["cpu"] = {"threads": os.cpu_count() or 1}
+    if ctx.left() < 15:
+        cpu["skipped"] = "no time left"
+        return
+    threads = os.cpu_count() or 1
+    head = min(n, 64)
+    minhash.signatures(offsets[:head + 1], data, fz.mode, fz.k, fz.seed, fz.perm_a, fz.perm_b, threads=threads)
+    sec, (c_sigs, c_off, c_val) = cpu_time(lambda: minhash.signatures(offsets, data, fz.mode, fz.k, fz.seed,
+                                                                      fz.perm_a, fz.perm_b, threads=threads))
+    kb_s, c_keys = cpu_time(lambda: minhash.band_keys(c_sigs, fz.bands, fz.rows, fz.seed))
+    cpu["minhash chain (text -> band keys)"] = sec + kb_s
+    cpu["band keys"] = kb_s
+    words = padded_words(data)
+    cpu["exact text hashes"], _ = cpu_time(lambda: minhash.text_hashes(offsets, words))
+    if ctx.left() > 10:
+        cpu["lsh candidate pairs"], (ci, cj) = cpu_time(lambda: pairs.candidate_pairs(c_keys, fz.max_bucket,
+                                                                                       fz.anchors))
+        cpu["verify jaccard"], c_scores = cpu_time(lambda: pairs.jaccard_pairs(c_off, c_val, ci, cj))
+        e = c_scores >= fz.threshold - 1e-12
+        cpu["components"], _ = cpu_time(lambda: pairs.components(n, ci[e], cj[e]))
+    for name, value in cpu.items():
+        if name in steps and isinstance(value, float):
+            steps[name]["cpu_s"] = value
+            steps[name]["vs_cpu"] = value / steps[name]["seconds"] if steps[name]["seconds"] > 0 else None
+
+
+# --- (d) end to end ----------------------------------------------------------------------------------------
+
+def _fit(points: list[tuple[int, float]]) -> dict | None:
+    """Least squares of wall seconds vs text bytes: fixed cost (s) and slope (GB/s at the margin)."""
+    if len(points) < 2:
+        return None
+    x = np.array([p[0] for p in points], float)
+    y = np.array([p[1] for p in points], float)
+    slope, intercept = np.polyfit(x, y, 1)
+    return {"fixed_s": float(intercept), "seconds_per_gb": float(slope * 1e9),
+            "marginal_gb_per_s": float(1 / (slope * 1e9)) if slope > 0 else None, "points": len(points)}
+
+
+def _predict(points: list[tuple[int, float]], nbytes: int) -> float | None:
+    fit = _fit(points)
+    if fit:
+        return max(fit["fixed_s"] + fit["seconds_per_gb"] * nbytes / 1e9, points[-1][1])
+    if points:
+        return points[-1][1] * nbytes / max(points[-1][0], 1)
+    return None
+
+
+def one_run(ctx: Context, src: Path, backend: str, docs: int, nbytes: int) -> dict:
+    import gpucurate
+    pool = None
+    if backend == "gpu" and not ctx.simulated:
+        import cupy
+        pool = cupy.get_default_memory_pool()
+        pool.free_all_blocks()
+    out = ctx.tmp / f"e2e-{backend}-{docs}"
+    start = time.perf_counter()
+    summary = gpucurate.run([str(src)], out, overrides=run_overrides(ctx.args, backend))
     wall = time.perf_counter() - start
-    table = pq.read_table(out / "annotations")
-    return wall, table.sort_by("doc_id")
+    row = {"backend": backend, "documents": docs, "text_bytes": nbytes, "wall_s": wall,
+           "summary_wall_s": summary.get("wall_time_s"), "timings_s": summary.get("timings_s"),
+           "gb_per_s": nbytes / wall / 1e9, "docs_per_s": docs / wall,
+           "partitions": summary["stages"]["input"]["partitions"],
+           "duplicates": {"exact": summary["stages"]["exact"]["duplicates"],
+                          "fuzzy": summary["stages"]["fuzzy"]["duplicates"]},
+           "candidate_pairs": summary["stages"]["fuzzy"].get("candidate_pairs")}
+    if backend == "gpu":
+        row["device"] = summary.get("device")
+        if pool is not None:
+            row["pool_high_water_bytes"] = int(pool.total_bytes())  # the pool keeps what it took
+            row["pool_used_after_bytes"] = int(pool.used_bytes())
+            pool.free_all_blocks()
+    shutil.rmtree(out, ignore_errors=True)
+    return row
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--docs", type=int, default=1_000_000, help="synthetic documents (default 1,000,000)")
-    ap.add_argument("--run-docs", type=int, default=300_000, help="of them, in the whole-run comparison")
-    ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--skip-tests", action="store_true")
-    ap.add_argument("--no-reuters", action="store_true", help="skip the Reuters whole-run parity")
-    ap.add_argument("--json", default="benchmarks/results/gpu_check.json")
-    args = ap.parse_args()
+def phase_e2e(ctx: Context, rec: dict) -> None:
+    a = ctx.args
+    sizes = sorted(set(a.sizes))
+    cpu_sizes = sorted(set(a.cpu_sizes or a.sizes))
+    corpus = ctx.corpus(max(sizes + cpu_sizes))
+    files = {}
 
-    from gpucurate.backend import select
-    from gpucurate.kernels import minhash as cpu
-    gpu_backend = select("gpu")
-    result: dict = {"docs": args.docs}
-    if not args.skip_tests:
-        result["tests"] = run_tests()
-        print("tests:", result["tests"])
+    def source(docs):
+        if docs not in files:
+            arr = corpus.slice(0, docs)
+            path = ctx.tmp / f"e2e-{docs}.parquet"
+            pq.write_table(pa.table({"id": np.arange(docs), "text": arr}), path, row_group_size=50_000)
+            files[docs] = (path, text_nbytes(arr))
+        return files[docs]
+    runs = rec["runs"] = []
+    skipped = rec["skipped"] = []
+    if not a.smoke:  # JIT (CPU kernels from numba's cache, CUDA kernels if phase a did not compile them)
+        warm_docs = min(5_000, sizes[0])
+        path, nbytes = source(warm_docs)
+        rec["warmup"] = {b: round(one_run(ctx, path, b, warm_docs, nbytes)["wall_s"], 2) for b in ("gpu", "cpu")}
+        ctx.save()
+    for backend, backend_sizes in (("gpu", sizes), ("cpu", cpu_sizes)):
+        points: list[tuple[int, float]] = []
+        for docs in backend_sizes:
+            nbytes = text_nbytes(corpus.slice(0, docs))
+            est = _predict(points, nbytes)
+            if est is not None and ctx.left() < 1.3 * est + 5:
+                skipped.append(f"{backend} {docs} docs: ~{est:.0f} s predicted, {ctx.left():.0f} s left")
+                continue
+            path, nbytes = source(docs)
+            row = one_run(ctx, path, backend, docs, nbytes)
+            runs.append(row)
+            points.append((nbytes, row["wall_s"]))
+            ctx.save()
+        rec[f"fit_{backend}"] = _fit(points)
+    by = {(r["backend"], r["documents"]): r for r in runs}
+    for r in runs:
+        other = by.get(("cpu", r["documents"]))
+        if r["backend"] == "gpu" and other:
+            r["vs_cpu"] = other["wall_s"] / r["wall_s"]
+            r["counts_match_cpu"] = r["duplicates"] == other["duplicates"]
+    for path, _ in files.values():
+        path.unlink(missing_ok=True)
 
-    arr = synthetic_texts(args.docs)
-    text_bytes = arr.buffers()[2].size
-    g_time, g_sigs, g_keys = time_signatures(arr, gpu_backend.minhash, args.repeat)
-    sample = arr.slice(0, min(len(arr), 200_000))  # the CPU on a slice: same kernels, scaled per document
-    c_time, c_sigs, c_keys = time_signatures(sample, cpu, 1)
-    n_sample = len(sample)
-    parity_sigs = bool(np.array_equal(g_sigs[:n_sample], c_sigs) and np.array_equal(g_keys[:n_sample], c_keys))
-    bw = peak_bandwidth()
-    # the MinHash step must read the text and write signatures, unit and shingle hashes at least once
-    moved = text_bytes + g_sigs.nbytes + 8 * 2 * (text_bytes // 4)
-    rows = [{"step": "MinHash signatures (text -> sigs)", "backend": "gpu", "docs": len(arr),
-             "docs_per_s": len(arr) / g_time, "gb_per_s": text_bytes / g_time / 1e9,
-             "ratio_to_cpu": (len(arr) / g_time) / (n_sample / c_time),
-             "bandwidth_fraction": (moved / g_time / bw) if bw else None},
-            {"step": "MinHash signatures (text -> sigs)", "backend": "cpu", "docs": n_sample,
-             "docs_per_s": n_sample / c_time, "gb_per_s": sample.buffers()[2].size / c_time / 1e9,
-             "ratio_to_cpu": 1.0}]
-    parity = {"signatures_and_band_keys": parity_sigs}
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        corpora = [("synthetic", arr.slice(0, min(len(arr), args.run_docs)))]
-        if REUTERS.is_file() and not args.no_reuters:
-            import gzip
-            import json
-            with gzip.open(REUTERS, "rt", encoding="utf-8") as fh:
-                bodies = [json.loads(line).get("body") or "" for line in fh]
-            corpora.insert(0, ("reuters", pa.array(bodies, pa.large_string())))
-        for name, texts in corpora:
-            src = tmp / f"{name}.parquet"
-            pq.write_table(pa.table({"id": np.arange(len(texts)), "text": texts}), src, row_group_size=50_000)
-            g_wall, g_table = full_run(src, tmp / f"{name}-gpu", "gpu")
-            c_wall, c_table = full_run(src, tmp / f"{name}-cpu", "cpu")
-            parity[f"annotations_{name}"] = bool(g_table.equals(c_table))
-            nbytes = texts.buffers()[2].size
-            for backend, wall in (("gpu", g_wall), ("cpu", c_wall)):
-                rows.append({"step": f"whole exact+fuzzy run, {name}", "backend": backend, "docs": len(texts),
-                             "docs_per_s": len(texts) / wall, "gb_per_s": nbytes / wall / 1e9,
-                             "ratio_to_cpu": c_wall / wall if backend == "gpu" else 1.0,
-                             "tb_per_hour": nbytes / wall * 3600 / 1e12})
-    result.update({"parity": parity, "rows": rows, "peak_bandwidth_gb_s": bw / 1e9 if bw else None})
-    print_table(rows, ["step", "backend", "docs", "docs_per_s", "gb_per_s", "ratio_to_cpu", "bandwidth_fraction",
-                       "tb_per_hour"], "gpucurate GPU check")
-    print("parity:", parity)
-    write_json(result, args.json)
-    print(f"wrote {args.json}")
-    if not all(parity.values()) or not result.get("tests", {}).get("kernel_tests_ok", True):
-        sys.exit(1)
+
+# --- (e) static resources ----------------------------------------------------------------------------------
+
+def phase_static(ctx: Context, rec: dict) -> None:
+    import gpu_static
+    from gpucurate.kernels import cuda_build as cb
+    ccs = [(9, 0)] if ctx.args.smoke else list(cb.DEFAULT_CCS)  # smoke: one arch (half the build)
+    try:
+        if not ctx.simulated:
+            from numba import cuda
+            cc = tuple(cuda.get_current_device().compute_capability)
+            if cc not in ccs:
+                ccs.append(cc)
+    except Exception:  # noqa: BLE001
+        pass
+    ccs = tuple(ccs)
+    rec["archs"] = [f"sm_{c[0]}{c[1]}" for c in ccs]
+    start = time.perf_counter()
+    rows = gpu_static.static_rows(ccs)
+    rec["build_s"] = round(time.perf_counter() - start, 2)
+    nbytes = ctx.text_bytes_c
+    for r in rows:
+        m = ctx.kernel_measured.get(r["kernel"])
+        if m:
+            r["measured_s"] = m["seconds"]
+            r["launches"] = m["launches"]
+            r["measured_in"] = m["step"]
+            r["gb_per_s"] = nbytes / m["seconds"] / 1e9 if m["seconds"] > 0 and nbytes else None
+    rec["columns"] = gpu_static.columns(ccs)
+    rec["rows"] = rows
+
+
+# --- the phases, the table -----------------------------------------------------------------------------------
+
+PHASE_FUNCS = {"a": phase_env, "b": phase_parity, "c": phase_kernels, "d": phase_e2e, "e": phase_static}
+
+
+def run_phase(ctx: Context, key: str, timeout: float) -> None:
+    rec = {"name": PHASES[key], "status": "running", "timeout_s": timeout}
+    ctx.result["phases"][key] = rec
+    ctx.save()
+    deadline = time.monotonic() + timeout
+    box: dict = {}
+
+    def target():
+        ctx._local.deadline = deadline
+        waited = time.monotonic()
+        held = ctx.phase_lock.acquire(timeout=min(60.0, timeout / 3))
+        if time.monotonic() - waited > 0.5:
+            rec["waited_for_previous_s"] = round(time.monotonic() - waited, 1)
+        if not held:
+            rec["note"] = "started beside a previous phase that was left running"
+        try:
+            with warnings.catch_warnings(), np.errstate(over="ignore"):
+                warnings.filterwarnings("ignore", category=RuntimeWarning, message=".*overflow")
+                PHASE_FUNCS[key](ctx, rec)
+        except BaseException as exc:  # noqa: BLE001 - the phase's failure is its result
+            box["error"] = _first_line(exc)
+            box["traceback"] = traceback.format_exc()[-4000:]
+        finally:
+            if held:
+                ctx.phase_lock.release()
+    start = time.monotonic()
+    thread = threading.Thread(target=target, name=f"gpu_check-{key}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    rec["seconds"] = round(time.monotonic() - start, 2)
+    if thread.is_alive():
+        rec["status"] = "timeout"
+        rec["error"] = f"still running after {timeout:.0f} s (left behind; the next phase runs)"
+        ctx.zombies.append(thread)
+    elif "error" in box:
+        rec["status"], rec["error"], rec["traceback"] = "error", box["error"], box["traceback"]
+    else:
+        rec["status"] = "ok"
+    print(f"phase ({key}) {PHASES[key]}: {rec['status']} in {rec['seconds']} s"
+          + (f": {rec['error']}" if rec.get("error") else ""), flush=True)
+    ctx.save()
+
+
+def _target_row(item, value, threshold, simulated, unit="") -> tuple[dict, dict]:
+    if value is None:
+        result = "n/a (not measured)"
+        ok = None
+    elif simulated:
+        result, ok = "n/a (simulated)", None
+    else:
+        ok = value >= threshold
+        result = "PASS" if ok else "FAIL"
+    return ({"item": f"TARGET {item}", "target": f">= {threshold:g}{unit}", "result": result,
+             "gb_per_s" if unit == " GB/s" else "vs_cpu": value},
+            {"target": item, "threshold": threshold, "value": value, "pass": ok})
+
+
+def build_table(result: dict) -> tuple[list[dict], list[str], list[dict]]:
+    ph = result["phases"]
+    sim = bool(result.get("simulated"))
+    rows, targets = [], []
+    for key, rec in ph.items():
+        rows.append({"item": f"phase ({key}) {rec['name']}", "seconds": rec.get("seconds"),
+                     "result": rec["status"] + (f": {rec['error'][:90]}" if rec.get("error") else "")})
+    bw = ph.get("a", {}).get("bandwidth") or {}
+    for k in ("h2d_pageable_gb_s", "h2d_pinned_gb_s", "d2h_pageable_gb_s", "d2h_pinned_gb_s", "d2d_gb_s"):
+        if k in bw:
+            rows.append({"item": f"bandwidth {k[:-5].replace('_', ' ')}", "backend": "gpu", "gb_per_s": bw[k]})
+    b = ph.get("b", {})
+    for name, ok in (b.get("parity") or {}).items():
+        sub = b.get(PARITY_SOURCES.get(name, name)) or {}
+        failed = [k for k, v in (sub.get("checks") or {}).items() if not v]
+        rows.append({"item": f"parity {name}", "docs": sub.get("documents"),
+                     "result": "PASS" if ok else "FAIL" + (f" ({', '.join(failed)})" if failed else "")})
+    for name, why in ((k, v.get("skipped")) for k, v in b.items() if isinstance(v, dict) and v.get("skipped")):
+        rows.append({"item": f"parity {name}", "result": f"skipped: {why}"})
+    c = ph.get("c", {})
+    static = {r["kernel"]: r for r in ph.get("e", {}).get("rows") or []}
+    arch = (ph.get("e", {}).get("archs") or ["sm_90"])[-1]
+    for name, s in (c.get("steps") or {}).items():
+        kern = [static.get(k) for k in STEP_KERNELS.get(name, []) if static.get(k)]
+        rows.append({"item": f"kernels: {name}", "backend": "gpu", "docs": c.get("documents"),
+                     "seconds": s.get("seconds"), "gb_per_s": s.get("gb_per_s"), "docs_per_s": s.get("docs_per_s"),
+                     "vs_cpu": s.get("vs_cpu"),
+                     "regs": "/".join(str(k.get(f"regs_{arch}")) for k in kern) or None,
+                     "occupancy": "/".join(f"{k.get(f'occ_{arch}')}" for k in kern) or None,
+                     "spills": sum((k.get("spill_stores") or 0) + (k.get("spill_loads") or 0) for k in kern)
+                     if kern else None})
+    for kname, m in sorted(((k, v) for k, v in (c.get("kernels") or {}).items()), key=lambda kv: kv[0]):
+        st = static.get(kname, {})
+        rows.append({"item": f"  cuda kernel {kname}", "backend": "gpu", "seconds": m.get("seconds"),
+                     "gb_per_s": (c.get("text_bytes") or 0) / m["seconds"] / 1e9 if m.get("seconds") else None,
+                     "regs": st.get(f"regs_{arch}"), "occupancy": st.get(f"occ_{arch}"),
+                     "spills": (st.get("spill_stores") or 0) + (st.get("spill_loads") or 0) if st else None,
+                     "result": st.get("error") or st.get("note")})
+    d = ph.get("d", {})
+    for r in d.get("runs") or []:
+        rows.append({"item": "whole exact+fuzzy run", "backend": r["backend"], "docs": r["documents"],
+                     "seconds": r["wall_s"], "gb_per_s": r["gb_per_s"], "docs_per_s": r["docs_per_s"],
+                     "vs_cpu": r.get("vs_cpu"),
+                     "result": None if r["backend"] == "cpu" else
+                     ("counts match cpu" if r.get("counts_match_cpu") else
+                      "COUNTS DIFFER" if "counts_match_cpu" in r else None)})
+    for backend in ("gpu", "cpu"):
+        fit = d.get(f"fit_{backend}")
+        if fit:
+            rows.append({"item": "whole run fit: fixed cost (s), marginal GB/s", "backend": backend,
+                         "seconds": fit["fixed_s"], "gb_per_s": fit["marginal_gb_per_s"]})
+    for line in d.get("skipped") or []:
+        rows.append({"item": "whole run skipped", "result": line})
+    # targets
+    chain = (c.get("steps") or {}).get("minhash chain (text -> band keys)", {})
+    row, t = _target_row("MinHash (text -> signatures, whole chain)", chain.get("gb_per_s"),
+                         TARGETS["minhash_gb_s"], sim, " GB/s")
+    rows.append(row)
+    targets.append(t)
+    kernel_only = (c.get("steps") or {}).get("minhash signatures", {}).get("gb_per_s")
+    if kernel_only is not None:
+        rows.append({"item": "  (minhash kernel alone, sets -> signatures)", "gb_per_s": kernel_only,
+                     "result": "info"})
+    gpu_runs = [r for r in d.get("runs") or [] if r["backend"] == "gpu"]
+    largest = max(gpu_runs, key=lambda r: r["documents"]) if gpu_runs else None
+    row, t = _target_row(f"whole exact+fuzzy run ({largest['documents']:,} docs)" if largest else
+                         "whole exact+fuzzy run", largest["gb_per_s"] if largest else None,
+                         TARGETS["whole_run_gb_s"], sim, " GB/s")
+    rows.append(row)
+    targets.append(t)
+    both = [r for r in gpu_runs if r.get("vs_cpu")]
+    common = max(both, key=lambda r: r["documents"]) if both else None
+    row, t = _target_row(f"GPU vs CPU backend, whole run ({common['documents']:,} docs)" if common else
+                         "GPU vs CPU backend, whole run", common["vs_cpu"] if common else None,
+                         TARGETS["gpu_vs_cpu"], sim, "x")
+    rows.append(row)
+    targets.append(t)
+    cols = ["item", "backend", "docs", "seconds", "gb_per_s", "docs_per_s", "vs_cpu", "regs", "occupancy", "spills",
+            "target", "result"]
+    return rows, cols, targets
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--smoke", action="store_true", help="tiny sizes (runs in numba's CUDA simulator)")
+    p.add_argument("--phases", default="a,b,c,d,e", help="comma-separated subset of a,b,c,d,e")
+    p.add_argument("--out", default=None, help="JSON result (default $OUT/gpu_check.json, else "
+                                               "benchmarks/results/gpu_check.json)")
+    for k, v in DEFAULT_TIMEOUTS.items():
+        p.add_argument(f"--timeout-{k}", type=float, default=v, help=f"phase ({k}) {PHASES[k]}: seconds (default {v})")
+    p.add_argument("--parity-docs", type=int, default=200_000, help="documents of the glue parity (b)")
+    p.add_argument("--run-docs", type=int, default=100_000, help="documents of the synthetic whole-run parity (b)")
+    p.add_argument("--kernel-docs", type=int, default=1_000_000, help="documents of the kernel timings (c)")
+    p.add_argument("--sizes", default="100000,300000,1000000", help="whole-run sizes on the GPU (d)")
+    p.add_argument("--cpu-sizes", default=None, help="whole-run sizes on the CPU (d; default --sizes, "
+                                                     "larger ones skipped when time is short)")
+    p.add_argument("--repeat", type=int, default=3, help="timed repetitions of each kernel step (c)")
+    p.add_argument("--num-perm", type=int, default=128)
+    p.add_argument("--threshold", type=float, default=0.8)
+    p.add_argument("--ngram", type=int, default=5, help="words a shingle")
+    p.add_argument("--edit-rate", type=float, default=0.02, help="words replaced in a near copy")
+    p.add_argument("--workers", type=int, default=0, help="run.workers of the whole runs (0: the default)")
+    p.add_argument("--min-words", type=int, default=50)
+    p.add_argument("--max-words", type=int, default=400)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bandwidth-mb", type=int, default=256)
+    p.add_argument("--no-reuters", action="store_true", help="skip the Reuters whole-run parity")
+    p.add_argument("--reuters", action="store_true", help="with --smoke: run the Reuters parity too (slow there)")
+    p.add_argument("--tmp", default=None, help="scratch directory (default: the system's)")
+    args = p.parse_args(argv)
+    args.sizes = [int(s) for s in args.sizes.split(",") if s]
+    args.cpu_sizes = [int(s) for s in args.cpu_sizes.split(",") if s] if args.cpu_sizes else None
+    if args.smoke:
+        given = {a.split("=")[0] for a in (argv if argv is not None else sys.argv[1:])}
+        for flag, attr, value in (("--parity-docs", "parity_docs", 300), ("--run-docs", "run_docs", 150),
+                                  ("--kernel-docs", "kernel_docs", 100), ("--repeat", "repeat", 1),
+                                  ("--num-perm", "num_perm", 16), ("--min-words", "min_words", 4),
+                                  ("--max-words", "max_words", 12), ("--ngram", "ngram", 2),
+                                  ("--threshold", "threshold", 0.5), ("--edit-rate", "edit_rate", 0.08)):
+            if flag not in given:
+                setattr(args, attr, value)
+        if "--sizes" not in given:
+            args.sizes = [50, 100, 150]
+    args.phases = [x.strip() for x in args.phases.split(",") if x.strip()]
+    bad = [x for x in args.phases if x not in PHASES]
+    if bad:
+        p.error(f"unknown phase(s) {bad}; choose from {','.join(PHASES)}")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.out:
+        out_path = Path(args.out)
+    elif os.environ.get("OUT"):
+        out_path = Path(os.environ["OUT"]) / "gpu_check.json"
+    else:
+        out_path = ROOT / "benchmarks" / "results" / "gpu_check.json"
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    simulated = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+    if simulated:
+        warnings.filterwarnings("ignore", category=RuntimeWarning, message=".*overflow")
+    result = {"script": "benchmarks/gpu_check.py", "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+              "smoke": args.smoke, "simulated": simulated,
+              "args": {k: v for k, v in vars(args).items()}, "targets_wanted": TARGETS, "phases": {}}
+    ctx = Context(args, result, out_path)
+    need = []
+    if "b" in args.phases:
+        need += [args.parity_docs, args.run_docs]
+    if "c" in args.phases:
+        need.append(args.kernel_docs)
+    if "d" in args.phases:
+        need += args.sizes + (args.cpu_sizes or [])
+    ctx.corpus_docs = max(need or [0])
+    start = time.monotonic()
+    print(f"gpu_check: phases {','.join(args.phases)}, writing {out_path}", flush=True)
+    for key in PHASES:
+        if key in args.phases:
+            run_phase(ctx, key, getattr(args, f"timeout_{key}"))
+    result["seconds"] = round(time.monotonic() - start, 1)
+    rows, cols, targets = build_table(result)
+    result["targets"] = targets
+    result["table"] = rows
+    parity = result["phases"].get("b", {}).get("parity") or {}
+    result["parity_ok"] = bool(parity) and all(parity.values()) if "b" in args.phases else None
+    ctx.save()
+    dev = (result["phases"].get("a", {}).get("device") or {}).get("name", "?")
+    print(f"device: {dev}; simulated: {result['simulated']}; {result['seconds']} s in all")
+    print_table(rows, cols, "gpucurate GPU check" + (" (smoke, numba CUDA simulator)" if result["simulated"] else ""))
+    for t in targets:
+        verdict = "n/a" if t["pass"] is None else ("PASS" if t["pass"] else "FAIL")
+        value = "-" if t["value"] is None else f"{t['value']:.3g}"
+        print(f"target {t['target']}: {value} (>= {t['threshold']:g}) {verdict}")
+    print(f"wrote {out_path}", flush=True)
+    failed = result["parity_ok"] is False or any(
+        r["status"] != "ok" for k, r in result["phases"].items() if k in "abcd")
+    shutil.rmtree(ctx.tmp, ignore_errors=True)
+    code = 1 if failed else 0
+    if any(t.is_alive() for t in ctx.zombies):  # a phase left running: do not wait for it at exit
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

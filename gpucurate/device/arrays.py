@@ -105,8 +105,8 @@ class DeviceArrays:
 
     def _sample_memory(self) -> None:
         if self.kind == "cupy":
-            import cupy
-            used = int(cupy.get_default_memory_pool().total_bytes())
+            import cupy  # bytes in use (not the pool's cached free blocks), sampled at every launch and step
+            used = int(cupy.get_default_memory_pool().used_bytes())
             self.ledger.peak_device_bytes = max(self.ledger.peak_device_bytes or 0, used)
 
     # --- kernels -------------------------------------------------------------------------------------
@@ -127,6 +127,7 @@ class DeviceArrays:
             _check_signature(spec, raw)
         blocks = (n + spec.threads - 1) // spec.threads
         spec.dispatcher[blocks, spec.threads](*raw)
+        self._sample_memory()
 
     # --- allocation helpers ---------------------------------------------------------------------------
 
