@@ -7,20 +7,15 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .config import OutputConfig
+from .config import ANNOTATION_COLUMNS, OutputConfig, annotation_names  # noqa: F401 (re-exported)
 from .stages.contamination import ContaminationResult
 from .stages.exact import ExactResult
 from .stages.fuzzy import FuzzyResult
-from .io.writer import PARAGRAPH_CUTS
+from .io.writer import ID_TYPE_KEY, PARAGRAPH_CUTS
 from .stages.paragraphs import ParagraphResult
 from .stages.quality import QualityResult
 from .stages.semantic import SemanticResult
 from .table import DocTable
-
-#: annotation columns added to every record, in this order
-ANNOTATION_COLUMNS = ("doc_id", "dedup_id", "is_canonical", "keep", "drop_stage", "drop_reason", "similarity",
-                      "cluster_size", "weight", "exact_group", "fuzzy_group", "semantic_group", "contaminated",
-                      "contamination", "stripped_text", "paragraph_text", "paragraph_chars_removed")
 
 
 def partition_slices(annotations: pa.Table, offsets: np.ndarray) -> list[pa.Table]:
@@ -110,6 +105,7 @@ def annotate(table: DocTable, exact: ExactResult, fuzzy: FuzzyResult | None, out
         weight = np.where(keep, cluster_size, 0).astype(np.float64)
 
     ids = table.ids
+    int_ids = table.int_ids if table.int_ids is not None else ids.dtype.kind == "i"
     return pa.table({
         "doc_id": id_array(ids),
         "dedup_id": id_array(ids[final]),
@@ -129,7 +125,7 @@ def annotate(table: DocTable, exact: ExactResult, fuzzy: FuzzyResult | None, out
         # byte ranges removed by the paragraphs stage; the writer turns them into paragraph_text
         PARAGRAPH_CUTS: pa.nulls(n, type=pa.list_(pa.int64())),
         "paragraph_chars_removed": pa.array(np.zeros(n, np.int64)),
-    })
+    }, metadata={ID_TYPE_KEY: b"int64" if int_ids else b"string"})  # the user's id column's type in the parts
 
 
 def apply_paragraphs(annotations: pa.Table, paragraphs: ParagraphResult, out: OutputConfig) -> pa.Table:

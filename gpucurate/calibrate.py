@@ -57,8 +57,20 @@ def load_pairs(path: str | Path, text_a: str, text_b: str, label: str) -> pd.Dat
     if bad.any():
         r = int(np.flatnonzero(bad.to_numpy())[0])
         raise InputError(f"label must be 0 or 1, got {frame[label].iloc[r]!r}", str(path), r + 2, field=label)
+    check_labels(labels.to_numpy(), str(path))
     return pd.DataFrame({"a": frame[text_a].fillna("").astype(str), "b": frame[text_b].fillna("").astype(str),
                          "label": labels.astype(int)})
+
+
+def check_labels(labels: np.ndarray, source: str | None = None) -> None:
+    """``InputError`` unless there is at least one pair of each label: with no pairs, or with one class
+    only, precision or recall is undefined and every threshold would score a perfect F1."""
+    positives = int((labels == 1).sum())
+    if len(labels) == 0:
+        raise InputError("no labelled pairs to calibrate on", source)
+    if positives == 0 or positives == len(labels):
+        raise InputError(f"all {len(labels)} labelled pair(s) have label {int(labels[0])}; calibration needs "
+                         "pairs of both labels (1 = duplicate, 0 = not) to measure precision and recall", source)
 
 
 def _shingle_sets(texts: list[str], cfg: Config):
@@ -135,9 +147,13 @@ def lsh_for(threshold: float, cfg: Config) -> dict:
 
 
 def calibrate(pairs: pd.DataFrame, method: str, cfg: Config, thresholds: np.ndarray,
-              min_precision: float) -> Calibration:
-    scores = similarities(pairs["a"].tolist(), pairs["b"].tolist(), method, cfg)
+              min_precision: float, source: str | None = None) -> Calibration:
+    """Sweep ``thresholds`` over the labelled ``pairs``. Fewer than one pair of each label is an
+    ``InputError`` (naming ``source``): precision and recall mean nothing then, and every threshold
+    would look perfect."""
     labels = pairs["label"].to_numpy()
+    check_labels(labels, source)
+    scores = similarities(pairs["a"].tolist(), pairs["b"].tolist(), method, cfg)
     table = sweep(scores, labels, thresholds)
     best = table.loc[table.f1.idxmax()].to_dict()  # ties: the lowest threshold
     ok = table[table.precision >= min_precision]

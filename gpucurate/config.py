@@ -252,6 +252,26 @@ class OutputConfig:
     compression: str = _choice("zstd", "zstd", "snappy", "gzip", "none")
     #: replace an existing output directory (otherwise a non-empty one is an error)
     overwrite: bool = False
+    #: prepended to every annotation column name in the part files (``gc_`` -> ``gc_doc_id``, ``gc_keep``, ...):
+    #: the way out when input columns are named like annotation columns (that is an error at planning)
+    annotation_prefix: str = ""
+
+
+#: annotation columns added to every record, in this order
+ANNOTATION_COLUMNS = ("doc_id", "dedup_id", "is_canonical", "keep", "drop_stage", "drop_reason", "similarity",
+                      "cluster_size", "weight", "exact_group", "fuzzy_group", "semantic_group", "contaminated",
+                      "contamination", "stripped_text", "paragraph_text", "paragraph_chars_removed")
+
+
+def annotation_names(prefix: str = "") -> tuple:
+    """The names the annotation columns have in a run's part files (``output.annotation_prefix`` + name)."""
+    return tuple(prefix + name for name in ANNOTATION_COLUMNS)
+
+
+def run_annotation_prefix(summary_config: dict) -> str:
+    """``output.annotation_prefix`` of a finished run from its ``summary.json`` config ("" for runs made
+    before the option existed): what readers of the part files prepend to the annotation column names."""
+    return (summary_config.get("output") or {}).get("annotation_prefix") or ""
 
 
 @dataclass
@@ -336,6 +356,9 @@ class Config:
             raise ConfigError(f"fuzzy.min_length must be >= 0, got {self.fuzzy.min_length}")
         if self.input.partition_bytes < 1024 or self.input.partition_rows < 1:
             raise ConfigError("input.partition_bytes must be >= 1024 and input.partition_rows >= 1")
+        if "earliest" in (self.canonical.policy, self.semantic.keep) and self.input.timestamp_field is None:
+            raise ConfigError("canonical.policy / semantic.keep 'earliest' needs input.timestamp_field (the "
+                              "column holding each record's time); without it every record ties")
         if self.run.workers is not None and self.run.workers < 1:
             raise ConfigError(f"run.workers must be >= 1, got {self.run.workers}")
         ch = self.chunks
@@ -345,6 +368,10 @@ class Config:
                               "ngram >= 1, min_chars >= 0")
         if not 0.0 <= self.output.soft_weight <= 1.0:
             raise ConfigError(f"output.soft_weight must be in [0, 1], got {self.output.soft_weight}")
+        if not isinstance(self.output.annotation_prefix, str) or any(
+                c in self.output.annotation_prefix for c in "/\\\0\n"):
+            raise ConfigError("output.annotation_prefix must be a string without slashes or line breaks, got "
+                              f"{self.output.annotation_prefix!r}")
         return self
 
 

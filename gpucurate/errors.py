@@ -33,6 +33,31 @@ class InputError(GpucurateError):
         self.path, self.row, self.field, self.reason = path, row, field, message
 
 
+class ArgumentError(ConfigError, ValueError):
+    """A bad argument value of a command or an API function (also a ``ValueError`` for API callers)."""
+
+
+class OutputError(GpucurateError):
+    """The environment refuses the output: a directory that cannot be created or written, a path under a
+    file, a full disk; or a run directory that another command needs is incomplete or unreadable.
+
+    The message names the path.
+    """
+
+    exit_code = 1
+
+    def __init__(self, message: str, path=None):
+        super().__init__(f"{path}: {message}" if path is not None else message)
+        self.path = path
+
+
+class LockedError(GpucurateError):
+    """Another gpucurate process holds the lock of the output directory or ingest state; the message names
+    it (pid, host, start time)."""
+
+    exit_code = 4
+
+
 class SinkError(GpucurateError):
     """A database sink (PostgreSQL/pgvector) cannot be reached, lacks what it needs, or rejected a write.
 

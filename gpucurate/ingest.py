@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from .annotate import alias_table, annotate
 from .backend import select
-from .config import Config, flatten, load_config, resolve_config
+from .config import Config, flatten, load_config, resolve_config, run_annotation_prefix
 from .errors import ConfigError, InputError
 from .executor import Executor, quiet_logs
 from .io.reader import plan_partitions, read_documents
@@ -267,7 +267,7 @@ def compute_batch(state: State, cfg: Config, inputs: list[str], executor: Execut
     from .pipeline import _locator, prepare
     report: dict = {}
     with timer("read+normalize"):
-        specs = plan_partitions(inputs, cfg.input, report)
+        specs = plan_partitions(inputs, cfg.input, report)  # (a run's records are input here: no name check)
         locate_key = _locator(specs)
         prep = prepare(read_documents(specs, cfg.input), cfg, executor, backend, locate_key)
     batch_table = prep.table
@@ -598,7 +598,8 @@ def ingest_run(run_dir: str | os.PathLike, state_dir: str | os.PathLike, sink=No
     summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
     cfg = load_config(None, overrides, base=load_config(None, flatten(summary["config"])))
     # how to read the run's records; later batches are read with the run's own input settings
-    batch_only = {"input.id_field": "doc_id", "input.on_duplicate_id": "error"}
+    batch_only = {"input.id_field": run_annotation_prefix(summary["config"]) + "doc_id",
+                  "input.on_duplicate_id": "error"}
     if (run / "embeddings").is_dir():
         batch_only["semantic.reuse_embeddings"] = str(run)
     return ingest([str(run / "annotations")], state_dir, config=cfg, sink=sink, batch_only=batch_only)

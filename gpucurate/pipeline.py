@@ -19,11 +19,11 @@ import numpy as np
 from . import __version__
 from .annotate import alias_table, annotate, apply_paragraphs, edge_batches, partition_slices
 from .backend import select
-from .config import Config, resolve_config
+from .config import Config, annotation_names, resolve_config
 from .executor import Executor, quiet_logs
 from .io.reader import ROW_BITS, plan_partitions, read_documents
 from .runindex import write_run_index
-from .io.writer import prepare_output, write_batches, write_json, write_partition, write_table
+from .io.writer import StagedOutput, write_batches, write_json, write_partition, write_table
 from .stages.contamination import ContaminationGate, ContaminationResult
 from .stages.exact import ExactDedup, ExactResult
 from .stages.fuzzy import FuzzyDedup, FuzzyResult
@@ -68,7 +68,9 @@ def run(inputs: list[str] | str, output: str | os.PathLike, config: Config | str
     Parameters
     ----------
     inputs : files, globs or directories of JSON Lines (.jsonl[.gz|.zst]) or Parquet.
-    output : output directory (created; must be empty unless ``output.overwrite``).
+    output : output directory (created; must be empty unless ``output.overwrite``). It is written aside
+        and put in place only when complete, with a ``_SUCCESS`` marker; a second writer of the same
+        directory fails at once (``LockedError``). See ``gpucurate.io.writer``.
     config : a Config, a YAML path, or None for the defaults.
     overrides : ``["section.key=value", ...]`` or ``{"section.key": value}`` applied on top.
     """
@@ -78,15 +80,23 @@ def run(inputs: list[str] | str, output: str | os.PathLike, config: Config | str
     backend = select(cfg.run.backend)
     timer = Timer()
     start = time.perf_counter()
-    out = prepare_output(output, cfg.output.overwrite)
+    # everything is written into a staging directory next to ``output`` (locked) and put in place complete
+    with StagedOutput(output, cfg.output.overwrite, "run") as staged:
+        summary = _run_into(staged.path, inputs, cfg, backend, timer, start)
+        staged.commit()
+    return summary
+
+
+def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> dict:
     report: dict = {}
     with quiet_logs(), Executor(cfg.run.scheduler, cfg.run.workers, cfg.run.progress,
                                 gpus=backend.name == "gpu") as executor:
         with timer("plan"):
-            specs = plan_partitions([str(i) for i in inputs], cfg.input, report)
+            reserved = annotation_names(cfg.output.annotation_prefix)  # input columns must not have these names
+            specs = plan_partitions([str(i) for i in inputs], cfg.input, report, reserved)
         log.info("%d input partition(s) from %d file(s) on %s", len(specs),
-                 len({s.path for s in specs}), executor.description)
-        ddf = read_documents(specs, cfg.input)
+                 len({p for s in specs for p in s.paths}), executor.description)
+        ddf = read_documents(specs, cfg.input, reserved)
         result = deduplicate(ddf, cfg, executor, backend, timer, _locator(specs))
         table, annotations = result.table, result.annotations
         with timer("write"):
@@ -113,7 +123,7 @@ def run(inputs: list[str] | str, output: str | os.PathLike, config: Config | str
                 summary["device"]["note"] = "the copies of the partition tasks on the Dask workers are not counted"
     write_json(summary, out / "summary.json")
     from .report import write_report
-    write_report(out)
+    write_report(out, staged=True)
     return summary
 
 
@@ -221,7 +231,7 @@ def _resident(cfg: Config, backend, executor: Executor):
 
 def _locator(specs):
     """Order key -> ``file:line`` (JSON Lines, 1-based) or ``file:row`` (Parquet), for error messages."""
-    files = {s.file_index: s for s in specs}
+    files = {m.file_index: m for s in specs for m in s.parts()}
 
     def describe(order_key) -> str:
         spec = files[int(order_key) >> ROW_BITS]
@@ -283,7 +293,7 @@ def _summary(cfg, inputs, specs, report, result: DedupResult, timer, wall, backe
     n = table.n
     keep = int(np.asarray(result.annotations.column("keep")).sum())
     text_bytes = int(table.nbytes.sum())
-    stages = stage_counts(cfg, result, len({s.path for s in specs}), len(specs))
+    stages = stage_counts(cfg, result, len({p for s in specs for p in s.paths}), len(specs))
     return {
         "gpucurate_version": __version__,
         "inputs": [str(i) for i in inputs],
@@ -295,6 +305,7 @@ def _summary(cfg, inputs, specs, report, result: DedupResult, timer, wall, backe
                 "chosen": "config" if cfg.fuzzy.bands is not None else "optimal (weighted FP/FN area)"},
         "skipped": table.skipped + report.get("skipped", []),
         "empty_files": report.get("empty_files", []),
+        "ignored_files": report.get("ignored_files", []),
         "invalid_utf8_rows_replaced": table.replaced_utf8,
         "renamed_duplicate_ids": table.renamed_ids,
         "backend": backend,

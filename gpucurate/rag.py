@@ -50,8 +50,9 @@ def batch_records(batch, rows: np.ndarray) -> tuple[list[str], list[dict]]:
     want = np.zeros(table.n, bool)
     want[rows] = True
     texts, metadata = {}, {}
-    from .annotate import ANNOTATION_COLUMNS
-    skip = {cfg.input.text_field, cfg.input.id_field, *ANNOTATION_COLUMNS, "paragraph_text"}  # a run's records
+    from .config import annotation_names
+    # a run's records: their annotation columns are not metadata
+    skip = {cfg.input.text_field, cfg.input.id_field, *annotation_names(cfg.output.annotation_prefix)}
     for p, spec in enumerate(batch.specs):
         local = np.flatnonzero(want[offs[p]:offs[p + 1]])
         if not len(local):

@@ -142,7 +142,7 @@ def rethreshold(run_dir: str | os.PathLike, overrides: list[str] | dict,
         idx.contamination.stats["dropped"] = int(pc.sum(pc.equal(annotations.column("drop_stage"),
                                                                  "contamination")).as_py() or 0)
     with timer("write"):
-        _rewrite_parts(run, out, annotations, table.part_offsets)
+        _rewrite_parts(run, out, annotations, table.part_offsets, cfg.output.annotation_prefix)
         pq.write_table(alias_table(annotations), out / "aliases.parquet")
         _rewrite_edges(edges, method, score, cfg, fuzzy, out)
         _rewrite_run_index(run, out, exact.canon, fuzzy, n)
@@ -293,15 +293,17 @@ def _replace(path: Path, table: pa.Table) -> None:
     tmp.replace(path)
 
 
-def _rewrite_parts(run: Path, out: Path, annotations: pa.Table, part_offsets: np.ndarray) -> None:
+def _rewrite_parts(run: Path, out: Path, annotations: pa.Table, part_offsets: np.ndarray, prefix: str = "") -> None:
+    """``prefix``: the run's ``output.annotation_prefix`` (the part files' annotation column names)."""
     files = _annotation_files(run, part_offsets)
     for p, f in enumerate(files):
         records = pq.read_table(f)
         new = annotations.slice(part_offsets[p], part_offsets[p + 1] - part_offsets[p])
-        if records.num_rows != new.num_rows or not records.column("doc_id").equals(new.column("doc_id")):
+        if records.num_rows != new.num_rows or not records.column(prefix + "doc_id").equals(new.column("doc_id")):
             raise ConfigError(f"{f}: its documents are not the ones the run index lists for partition {p}")
         for name in DEDUP_COLUMNS:
-            records = records.set_column(records.schema.get_field_index(name), name, new.column(name))
+            i = records.schema.get_field_index(prefix + name)
+            records = records.set_column(i, prefix + name, new.column(name))
         _replace(out / ANNOTATIONS_DIR / f.name, records)
 
 

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 
+from .config import run_annotation_prefix
 from .errors import InputError
+from .io.writer import read_run_json, read_run_table
 from .review import edge_thresholds, texts_of
 
 SAMPLE_CHARS = 300
@@ -67,12 +68,14 @@ def build_report(run_dir: str | Path) -> str:
     run = Path(run_dir)
     if not (run / "summary.json").is_file():
         raise InputError("not a finished gpucurate run (no summary.json)", str(run))
-    summary = json.loads((run / "summary.json").read_text())
+    summary = read_run_json(run / "summary.json")
     cfg = summary["config"]
     text_field = cfg["input"]["text_field"]
     files = sorted((run / "annotations").glob("part-*.parquet"))
-    ann = pd.concat([pq.read_table(f, columns=["doc_id", "dedup_id", "cluster_size", "is_canonical",
-                                               "drop_stage"]).to_pandas() for f in files], ignore_index=True)
+    prefix = run_annotation_prefix(cfg)  # output.annotation_prefix of the run: the part files' column names
+    cols = ["doc_id", "dedup_id", "cluster_size", "is_canonical", "drop_stage"]
+    ann = pd.concat([read_run_table(f, columns=[prefix + c for c in cols]).rename_columns(cols).to_pandas()
+                     for f in files], ignore_index=True)
     parts = [f"<h1>gpucurate run: {summary['documents_in']:,} documents, {summary['documents_kept']:,} kept</h1>",
              f"<p>backend {html.escape(summary['backend'])}, {html.escape(summary['executor'])}, "
              f"{summary['wall_time_s']:.1f} s wall ({summary['docs_per_s'] or 0:,.0f} docs/s)</p>",
@@ -94,7 +97,7 @@ def build_report(run_dir: str | Path) -> str:
         parts.append("<p>No cluster has more than one document.</p>")
 
     parts.append("<h2>Similarity of candidate pairs</h2>")
-    edges = pq.read_table(run / "edges.parquet").to_pandas() if (run / "edges.parquet").is_file() else pd.DataFrame()
+    edges = read_run_table(run / "edges.parquet").to_pandas() if (run / "edges.parquet").is_file() else pd.DataFrame()
     thresholds = edge_thresholds(cfg)
     if len(edges):
         for method, group in edges.groupby("method"):
@@ -146,7 +149,21 @@ def build_report(run_dir: str | Path) -> str:
             f"<style>{style}</style></head><body>{''.join(parts)}</body></html>")
 
 
-def write_report(run_dir: str | Path) -> Path:
-    path = Path(run_dir) / "report.html"
-    path.write_text(build_report(run_dir), encoding="utf-8")
+def write_report(run_dir: str | Path, staged: bool = False) -> Path:
+    """Write ``report.html`` (atomically: a temporary file renamed over it).
+
+    ``staged``: ``run_dir`` is a staging directory the caller is writing (and holds the lock of);
+    otherwise it must be a complete run (``_SUCCESS``), and the output directory's lock is taken."""
+    from .io.writer import lock_output, require_complete
+    if staged:
+        return _write_report(Path(run_dir))
+    with lock_output(run_dir, "report"):
+        return _write_report(require_complete(run_dir, "report"))
+
+
+def _write_report(run: Path) -> Path:
+    path = run / "report.html"
+    tmp = run / ".report.html.tmp"
+    tmp.write_text(build_report(run), encoding="utf-8")
+    tmp.replace(path)
     return path

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
+from .config import run_annotation_prefix
 from .errors import InputError
 
 DIFF_CHARS = 400
@@ -47,8 +48,9 @@ def edge_thresholds(cfg: dict) -> dict:
 def texts_of(run: Path, doc_ids: set, text_field: str) -> dict:
     """doc_id -> stored text of the given documents of a finished run (one column pass per part)."""
     texts = {}
+    doc_id = run_annotation_prefix(json.loads((run / "summary.json").read_text())["config"]) + "doc_id"
     for f in sorted((run / "annotations").glob("part-*.parquet")):
-        t = pq.read_table(f, columns=["doc_id", text_field]).to_pandas()
+        t = pq.read_table(f, columns=[doc_id, text_field]).rename_columns(["doc_id", text_field]).to_pandas()
         t = t[t.doc_id.isin(doc_ids)]
         texts.update(zip(t.doc_id, t[text_field].fillna("")))
     return texts

@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +39,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import ConfigError, GpucurateError
+from .errors import ConfigError, LockedError
 from .failpoints import failpoint
 
 log = logging.getLogger("gpucurate")
@@ -47,7 +48,7 @@ FORMAT = 1
 MANIFEST = "MANIFEST.json"
 
 
-class StateLockedError(GpucurateError):
+class StateLockedError(LockedError):
     exit_code = 4
 
 
@@ -69,33 +70,54 @@ def _write_bytes_durably(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
-class StateLock:
-    """Exclusive lock of a state directory for one ingest; a second one fails at once with a clear error."""
+class FileLock:
+    """Exclusive ``flock`` of the file ``path``, held by one process at a time; a second one fails at once
+    with ``error`` naming the holder (pid, host, start time, as the holder wrote them into the file).
 
-    def __init__(self, root: Path):
-        self.root = root
+    The kernel releases the lock when the holder dies (even by SIGKILL), so a stale lock file never
+    blocks. The file itself stays: deleting it would let two processes lock two different inodes.
+    ``message`` is formatted with ``holder``.
+    """
+
+    def __init__(self, path: Path, message: str, error: type = LockedError, command: str = "gpucurate"):
+        self.path, self.message, self.error, self.command = Path(path), message, error, command
         self.fh = None
 
-    def __enter__(self) -> "StateLock":
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.fh = open(self.root / "LOCK", "a+")
+    def __enter__(self) -> "FileLock":
+        self.fh = open(self.path, "a+")
         try:
             fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self.fh.seek(0)
             holder = self.fh.read().strip() or "another process"
             self.fh.close()
-            raise StateLockedError(f"{self.root}: the state is locked by another ingest ({holder}); "
-                                   "wait for it to finish") from None
+            self.fh = None
+            raise self.error(self.message.format(holder=holder)) from None
         self.fh.seek(0)
         self.fh.truncate()
-        self.fh.write(f"pid {os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")
+        self.fh.write(f"pid {os.getpid()} on {socket.gethostname()} since "
+                      f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}: {self.command}\n")
         self.fh.flush()
         return self
 
     def __exit__(self, *exc) -> None:
-        fcntl.flock(self.fh, fcntl.LOCK_UN)
-        self.fh.close()
+        if self.fh is not None:
+            fcntl.flock(self.fh, fcntl.LOCK_UN)
+            self.fh.close()
+            self.fh = None
+
+
+class StateLock(FileLock):
+    """Exclusive lock of a state directory for one ingest; a second one fails at once with a clear error."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        super().__init__(self.root / "LOCK", f"{self.root}: the state is locked by another ingest ({{holder}}); "
+                         "wait for it to finish", StateLockedError, "ingest")
+
+    def __enter__(self) -> "StateLock":
+        self.root.mkdir(parents=True, exist_ok=True)
+        return super().__enter__()
 
 
 @dataclass

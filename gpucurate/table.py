@@ -33,6 +33,9 @@ class DocTable:
     skipped: list = field(default_factory=list)
     replaced_utf8: int = 0
     renamed_ids: int = 0
+    #: every user id of the run is an integer in int64 range (decided before ``on_duplicate_id: suffix``
+    #: renames repeats to strings); None: as ``ids``' dtype says
+    int_ids: bool | None = None
 
     @property
     def n(self) -> int:
@@ -47,14 +50,9 @@ class DocTable:
         ords = np.concatenate([p[0] for p in parts]) if parts else np.empty(0, np.int64)
         if len(ords) and np.any(np.diff(ords) <= 0):
             raise RuntimeError("partitions are not in input order")  # a bug, not bad input
-        nonempty = [p[1] for p in parts if len(p[0])]
-        if nonempty and all(a.dtype.kind == "i" for a in nonempty):
-            ids = np.concatenate(nonempty).astype(np.int64)
-        else:  # strings, or ints in some files and strings in others: all become strings
-            ids = np.concatenate([a.astype(str).astype(object) for a in nonempty]) if nonempty \
-                else np.empty(0, object)
+        ids = unify_ids([p[1] for p in parts if len(p[0])])
         table = cls(ords, ids, np.concatenate([p[2] for p in parts]), np.concatenate([p[3] for p in parts]),
-                    offsets)
+                    offsets, int_ids=ids.dtype.kind == "i")
         for p in parts:
             table.skipped.extend(p[4].get("skipped", []))
             table.replaced_utf8 += p[4].get("replaced_utf8", 0)
@@ -70,7 +68,8 @@ class DocTable:
             r = int(np.flatnonzero(dup)[0])
             first = int(np.flatnonzero((ids == ids.iloc[r]).to_numpy())[0])
             where = (f" ({describe(self.ords[first])} and {describe(self.ords[r])})" if describe else "")
-            raise InputError(f"duplicate id {self.ids[r]!r}{where}; ids must be unique "
+            shown = self.ids[r].item() if isinstance(self.ids[r], np.generic) else self.ids[r]  # 1, not np.int64(1)
+            raise InputError(f"duplicate id {shown!r}{where}; ids must be unique "
                              "(set input.on_duplicate_id=suffix to rename repeats)")
         # suffix: the k-th repeat of an id becomes "<id>#dup<k>"
         counts = ids.groupby(ids, sort=False).cumcount().to_numpy()
@@ -96,6 +95,17 @@ class DocTable:
         if policy == "longest":
             return -self.nbytes
         raise ValueError(policy)
+
+
+def unify_ids(parts: list[np.ndarray]) -> np.ndarray:
+    """One id array of one type for the whole run from the partitions' id arrays (int64 or object str):
+    int64 when every partition's ids are integers, else strings, each integer as its exact decimal text
+    (so an integer id and a string id with the same text are the same id)."""
+    if not parts:
+        return np.empty(0, object)
+    if all(a.dtype.kind == "i" for a in parts):
+        return np.concatenate(parts).astype(np.int64)
+    return np.concatenate([a.astype(str).astype(object) if a.dtype.kind == "i" else a.astype(object) for a in parts])
 
 
 def canonicals(labels: np.ndarray, rows: np.ndarray, key: np.ndarray) -> np.ndarray:

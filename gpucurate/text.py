@@ -1,9 +1,18 @@
 """Text normalization and shingling: the vectorized implementation and its plain-Python specification.
 
 Normalization (each step switchable in ``normalize`` config): boilerplate regexes removed, Unicode
-NFKC, lowercase (Unicode simple case mapping, as Arrow's ``utf8_lower``), punctuation removed
-(optional), whitespace runs collapsed to one space and trimmed. It only feeds the hashes: stored
-texts are never changed.
+NFKC, lowercase, punctuation removed (optional), whitespace runs collapsed to one space and trimmed.
+It only feeds the hashes: stored texts are never changed.
+
+Lowercase is the Unicode *simple* case mapping of each code point (as Arrow's ``utf8_lower``; so
+U+0130 İ becomes ``i``, not ``i`` + U+0307), followed by one fold: Greek final sigma ς (U+03C2) becomes
+σ (U+03C3). Σ lowercases to σ whatever its position, so without the fold "ΟΔΟΣ" and "οδος" would
+differ; with it, both spellings of the letter hash alike and no context rule is needed (Python's
+``str.lower`` applies the final-sigma context rule, which Arrow does not). The compiled path and
+``reference_normalize`` agree on every code point assigned in Python's Unicode database
+(``unicodedata.unidata_version``); characters newer than that follow pyarrow's (utf8proc's) tables in
+the pipeline, while the reference, which does not know them, leaves them unchanged (tested over the
+whole code space).
 """
 
 from __future__ import annotations
@@ -16,7 +25,7 @@ import pyarrow.compute as pc
 
 from .config import NormalizeConfig
 from .kernels.hashing import M2, reference_fmix64, reference_fold, reference_hash_bytes
-from .kernels.text import collapse_whitespace
+from .kernels.text import collapse_whitespace, find_final_sigma, fold_final_sigma
 
 
 def arrow_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -50,12 +59,24 @@ def normalize(texts: pa.Array, cfg: NormalizeConfig | None = None) -> pa.LargeSt
     if cfg.nfkc:
         arr = pc.utf8_normalize(arr, "NFKC")
     if cfg.lowercase:
-        arr = pc.utf8_lower(arr)
+        arr = fold_sigma(pc.utf8_lower(arr))
     if cfg.strip_punctuation:
         arr = pc.replace_substring_regex(arr, r"\p{P}+", " ")
     if cfg.collapse_whitespace:
         return from_buffers(*collapse_whitespace(*arrow_buffers(arr)))
     return arr.cast(pa.large_string())
+
+
+def fold_sigma(arr: pa.Array) -> pa.Array:
+    """``arr`` with every final sigma ς replaced by σ (the same byte length: offsets are kept); the
+    array itself when it has none (one scan, no copy)."""
+    offsets, data = arrow_buffers(arr)
+    first = find_final_sigma(data)
+    if first < 0:
+        return arr
+    data = data.copy()
+    fold_final_sigma(data, first)
+    return from_buffers(offsets, data)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -89,6 +110,14 @@ def reference_shingle_hashes(normalized: str, mode: str, k: int, seed: int) -> s
     return out
 
 
+def reference_lower(text: str) -> str:
+    """The normalization's lowercase: simple case mapping of each code point, then ς -> σ. Python's
+    ``str.lower`` differs from the simple mapping only for U+0130 (full mapping ``i`` + U+0307) and for
+    the final-sigma context rule, which the fold makes moot."""
+    return text.replace("\u0130", "i").lower().replace("\u03c2", "\u03c3")
+
+
 def reference_normalize(text: str | None) -> str:
-    """Python version of the default normalization (exact for text whose lowercase mapping is simple)."""
-    return " ".join(unicodedata.normalize("NFKC", text or "").lower().split())
+    """Python version of the default normalization (NFKC, lowercase as ``reference_lower``, whitespace
+    collapsed); equal to ``normalize`` for every code point Python's Unicode database assigns."""
+    return " ".join(reference_lower(unicodedata.normalize("NFKC", text or "")).split())

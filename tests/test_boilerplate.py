@@ -49,7 +49,8 @@ def test_boilerplate_removes_template_merges_and_keeps_recall(tmp_path, archive)
     run([str(src)], tmp_path / "off", overrides={**Q, "fuzzy.threshold": 0.7})
     # 400 documents: 1% would be 4, fewer than the largest near-copy cluster (8), so give a count
     summary = run([str(src)], tmp_path / "on", config="configs/rag-archive.yaml",
-                  overrides={**Q, "input.timestamp_field": None, "fuzzy.boilerplate_max_df": 20})
+                  overrides={**Q, "input.timestamp_field": None, "canonical.policy": "first",
+                             "fuzzy.boilerplate_max_df": 20})
     off = read_annotations(tmp_path / "off").set_index("id").loc[archive.id]
     on = read_annotations(tmp_path / "on").set_index("id").loc[archive.id]
     off_pairs, on_pairs = pairs(off.dedup_id), pairs(on.dedup_id)

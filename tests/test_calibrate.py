@@ -117,3 +117,19 @@ def test_sample_pairs_then_calibrate(tmp_path, demo_frame, capsys):
     data = json.loads((tmp_path / "cal" / "calibration.json").read_text())
     assert data["best_f1"]["f1"] == 1.0 and data["best_f1"]["threshold"] <= 0.8
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("body,needle", [("", "no labelled pairs"), ("x,y,1\nx,z,1\n", "have label 1"),
+                                         ("x,y,0\n", "have label 0")])
+def test_calibrate_refuses_without_both_labels(tmp_path, capsys, body, needle):
+    src = tmp_path / "pairs.csv"
+    src.write_text("text_a,text_b,label\n" + body)
+    code = main(["calibrate", "--pairs", str(src), "--out", str(tmp_path / "cal"), "-q"])
+    err = capsys.readouterr().err
+    assert code == 1 and needle in err and "pairs.csv" in err and "best F1" not in err
+    assert not (tmp_path / "cal" / "calibration.json").exists()
+    from gpucurate.calibrate import calibrate
+    frame = pd.DataFrame({"a": ["x"] * (len(body.splitlines())), "b": ["y"] * len(body.splitlines()),
+                          "label": [int(r.split(",")[2]) for r in body.splitlines()]}, dtype=object)
+    with pytest.raises(InputError, match=needle):
+        calibrate(frame, "jaccard", Config(), parse_thresholds("0.5:0.9:0.1"), 0.9)

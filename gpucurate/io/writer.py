@@ -1,23 +1,50 @@
-"""The output directory: annotated records, alias and edge tables, summary.json."""
+"""The output directory: annotated records, alias and edge tables, summary.json.
+
+A run (and an in-place ``rethreshold``) never writes into the output directory itself: it writes a
+staging directory next to it, ``<parent>/.<name>.staging-<pid>-<random>`` (same filesystem, so the
+final rename is atomic), and only when every file is written and fsynced, and the completion marker
+``_SUCCESS`` (a small JSON, written last and fsynced) is in it, puts it in place: the old output is
+renamed aside to ``<parent>/.<name>.old-<pid>-<random>``, the staging directory is renamed to the
+output's name, and the old one is deleted. Readers (``rethreshold``, ``report``, ``ingest --from-run``)
+refuse a directory without the marker. The whole time the writer holds an exclusive ``flock`` of
+``<parent>/.<name>.lock``, so a second writer of the same directory fails at once (exit 4) naming the
+holder; the kernel releases it when the holder dies.
+
+The one window: between the two renames there is no directory under the output's name (microseconds).
+A process killed exactly there leaves the old output in its ``.old-`` directory; the next writer of
+that directory (under the lock) renames it back before it starts. Every other leftover of a dead writer
+(staging and ``.old-`` directories) is deleted by the next writer, so none ever blocks a retry.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
+import signal
+import socket
+import stat
+import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..config import Config
-from ..errors import ConfigError, InputError
-from .reader import PartitionSpec, load_partition, order_keys
+from ..config import Config, annotation_names
+from ..errors import ConfigError, InputError, OutputError
+from ..failpoints import failpoint
+from .reader import PartitionSpec, check_annotation_clash, load_partition, order_keys, run_id_column
 
 ANNOTATIONS_DIR = "annotations"
+#: the completion marker of an output directory, written last (pyarrow.dataset ignores ``_`` names)
+MARKER = "_SUCCESS"
 #: annotation column of byte ranges that write_partition turns into ``paragraph_text``
 PARAGRAPH_CUTS = "_paragraph_cuts"
+#: schema metadata of the annotation table: the type (``int64``/``string``) of the user's id column in every
+#: part file, decided for the whole run (``table.unify_ids``)
+ID_TYPE_KEY = b"gpucurate.id_type"
 OUTPUT_ITEMS = (ANNOTATIONS_DIR, "aliases.parquet", "edges.parquet", "summary.json", "embeddings",
                 "contamination_report.json", "report.html", "run_index.parquet")
 
@@ -40,6 +67,245 @@ def prepare_output(path: str | Path, overwrite: bool) -> Path:
     return out
 
 
+def _reason(exc: OSError) -> str:
+    return f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc.strerror or exc)
+
+
+def _fsync(path: Path, directory: bool = False) -> None:
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            _fsync(Path(dirpath) / name)
+        _fsync(Path(dirpath), directory=True)
+
+
+def _remove(path: Path) -> None:
+    """Delete a directory tree or a file as far as possible; never raises (a rest is a leftover that the
+    next writer of the directory deletes)."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def is_complete(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a complete output directory (it holds the completion marker)."""
+    return (Path(path) / MARKER).is_file()
+
+
+def lock_output(path: str | os.PathLike, command: str):
+    """The exclusive lock of the output directory ``path`` (``<parent>/.<name>.lock``), not yet taken:
+    ``with lock_output(path, "report"):``. A held one raises LockedError (exit 4) naming the holder."""
+    from ..state import FileLock
+    target = Path(os.path.realpath(path))
+    return FileLock(target.parent / f".{target.name}.lock",
+                    f"{path}: the output directory is being written by another gpucurate process ({{holder}}); "
+                    "wait for it to finish", command=f"{command} {target}")
+
+
+def read_run_table(path: Path, columns: list[str] | None = None) -> pa.Table:
+    """A Parquet file of a run directory; a missing, truncated or unreadable one is an OutputError (exit 1)."""
+    try:
+        return pq.read_table(path, columns=columns)
+    except FileNotFoundError:
+        raise OutputError("missing (the run directory is incomplete)", path) from None
+    except (OSError, pa.ArrowException) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise OutputError(f"unreadable Parquet file ({first})", path) from None
+
+
+def read_run_json(path: Path) -> dict:
+    """A JSON file of a run directory (``summary.json``); missing or invalid is an OutputError (exit 1)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise OutputError("missing (the run directory is incomplete)", path) from None
+    except (OSError, ValueError) as exc:
+        raise OutputError(f"unreadable JSON ({exc})", path) from None
+
+
+def require_complete(path: str | os.PathLike, command: str) -> Path:
+    """``path`` as a Path if it is a complete output directory; otherwise an OutputError (exit 1)."""
+    run = Path(path)
+    if not run.is_dir():
+        raise OutputError(f"no such run directory ({command} needs the output directory of a finished run)", run)
+    if not is_complete(run):
+        raise OutputError(f"not a complete gpucurate run: no {MARKER} marker, so the run failed, was interrupted "
+                          f"or is still being written (or an older gpucurate wrote it); {command} needs a finished "
+                          "run: run it again", run)
+    return run
+
+
+class StagedOutput:
+    """Write an output directory aside and put it in place only when it is complete (module docstring).
+
+    ``with StagedOutput(path, overwrite) as staged:`` write everything into ``staged.path``, then call
+    ``staged.commit()``. Leaving the block without a commit (an error, Ctrl-C, SIGTERM) deletes the
+    staging directory and leaves the previous output exactly as it was. The lock is held from the start
+    of the block to its end.
+
+    Parameters
+    ----------
+    path : the output directory (a symlink to one is followed; its parent is created).
+    overwrite : replace an existing non-empty output directory; without it that is a ConfigError. Only
+        a gpucurate output directory is replaced: one that holds other files too is refused, unless
+        ``foreign_ok`` (an in-place ``rethreshold``, which carries every other file over).
+    command : what the lock file and the marker name as the writer.
+    """
+
+    def __init__(self, path: str | os.PathLike, overwrite: bool, command: str = "run", foreign_ok: bool = False):
+        self.requested = Path(path)
+        self.target = Path(os.path.realpath(path))
+        self.overwrite, self.command, self.foreign_ok = overwrite, command, foreign_ok
+        self.path: Path | None = None
+        self.committed = False
+        self._lock = None
+
+    def __enter__(self) -> "StagedOutput":
+        target = self.target
+        if not target.name:
+            raise ConfigError(f"{self.requested}: the output cannot be the filesystem root")
+        try:
+            if target.exists() and not target.is_dir():
+                raise ConfigError(f"{self.requested}: output exists and is not a directory")
+            self._make_parent()
+            self._lock = lock_output(self.requested, self.command)
+            self._lock.__enter__()
+        except OSError as exc:
+            self._lock = None
+            raise OutputError(f"cannot write the output directory ({_reason(exc)})", self.requested) from None
+        try:
+            self._recover()
+            self._check()
+            self.path = target.parent / f".{target.name}.staging-{os.getpid()}-{secrets.token_hex(4)}"
+            self.path.mkdir()
+            (self.path / ANNOTATIONS_DIR).mkdir()
+        except OSError as exc:
+            self.__exit__(None, None, None)
+            raise OutputError(f"cannot write the output directory ({_reason(exc)})", self.requested) from None
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _make_parent(self) -> None:
+        parent = self.target.parent
+        existing = parent
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            raise OutputError(f"cannot create the output directory: {existing} is a file, not a directory",
+                              self.requested)
+        parent.mkdir(parents=True, exist_ok=True)
+
+    def _leftovers(self, kind: str) -> list[Path]:
+        import glob
+        return sorted(self.target.parent.glob(f".{glob.escape(self.target.name)}.{kind}-*"))
+
+    def _recover(self) -> None:
+        """Under the lock, every staging or ``.old-`` directory of this output is a dead writer's: put an
+        old output back that a kill between the two renames left aside, delete the rest."""
+        import logging
+        log = logging.getLogger("gpucurate")
+        olds = self._leftovers("old")
+        if olds and not self.target.exists():
+            back = max(olds, key=lambda p: (is_complete(p), p.stat().st_mtime))
+            os.rename(back, self.target)
+            log.warning("%s: restored the previous output from %s (its writer was killed while replacing it)",
+                        self.requested, back.name)
+        for p in self._leftovers("staging") + self._leftovers("old"):
+            log.info("%s: deleting %s, left by an interrupted gpucurate process", self.requested, p.name)
+            _remove(p)
+
+    def _check(self) -> None:
+        target = self.target
+        if not target.is_dir():
+            return
+        if os.path.ismount(target):
+            raise ConfigError(f"{self.requested}: the output directory is a mount point, which cannot be replaced "
+                              "as a whole; write to a directory inside it")
+        items = sorted(p.name for p in target.iterdir())
+        if not items:
+            return
+        if not self.overwrite:
+            raise ConfigError(f"{self.requested}: output directory is not empty (set output.overwrite=true to "
+                              "replace it)")
+        foreign = [n for n in items if n not in OUTPUT_ITEMS and n != MARKER]
+        if foreign and not self.foreign_ok:
+            raise ConfigError(f"{self.requested}: output.overwrite replaces a whole gpucurate output directory, and "
+                              f"this one also holds {', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}; "
+                              "move them away or write to another directory")
+
+    def commit(self) -> Path:
+        """Fsync everything, write the marker (fsynced), and swap the staging directory into place."""
+        staging, target = self.path, self.target
+        failpoint("output-written")
+        try:
+            _fsync_tree(staging)
+            marker = {"complete": True, "command": self.command, "gpucurate_version": _version(),
+                      "completed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                      "pid": os.getpid(), "host": socket.gethostname()}
+            with open(staging / MARKER, "w", encoding="utf-8") as fh:
+                fh.write(json.dumps(marker, indent=1) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            _fsync(staging, directory=True)
+            failpoint("output-marked")
+            self._check()  # nothing but gpucurate writes here under the lock; a stranger may have
+            aside = None
+            if target.is_dir():
+                os.chmod(staging, stat.S_IMODE(target.stat().st_mode))
+            old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+            try:
+                if target.is_dir():
+                    aside = target.parent / f".{target.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
+                    os.rename(target, aside)
+                    failpoint("output-aside")
+                try:
+                    os.rename(staging, target)
+                except OSError:
+                    if aside is not None:  # put the old one back
+                        os.rename(aside, target)
+                        aside = None
+                    raise
+                self.committed = True
+                _fsync(target.parent, directory=True)
+            finally:
+                try:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)  # a pending Ctrl-C is raised here
+                finally:
+                    if aside is not None and self.committed:
+                        _remove(aside)
+        except OSError as exc:
+            raise OutputError(f"cannot write the output directory ({_reason(exc)})", self.requested) from None
+        return target
+
+    def __exit__(self, *exc) -> bool:
+        try:
+            if not self.committed and self.path is not None:
+                _remove(self.path)
+        finally:
+            if self._lock is not None:
+                self._lock.__exit__(None, None, None)
+                self._lock = None
+        return False
+
+
+def _version() -> str:
+    from .. import __version__
+    return __version__
+
+
 def _compression(cfg: Config):
     return None if cfg.output.compression == "none" else cfg.output.compression
 
@@ -50,10 +316,14 @@ def write_partition(spec: PartitionSpec, cfg: Config, annotations: pa.Table, ord
     table = part.table
     if table.num_rows != annotations.num_rows or not np.array_equal(order_keys(spec, part.records), ords):
         raise InputError("the file changed while it was being processed (rows differ between reads)", spec.path)
-    clash = [c for c in annotations.column_names if c in table.column_names]
-    if clash:
-        raise InputError(f"input column(s) {', '.join(clash)} clash with gpucurate's annotation columns; "
-                         "rename them first", spec.path)
+    prefix = cfg.output.annotation_prefix
+    check_annotation_clash(spec.path, table.column_names, annotation_names(prefix))
+    if cfg.input.id_field in table.column_names:  # one id type in every part file: the run's (table.unify_ids)
+        id_type = (annotations.schema.metadata or {}).get(ID_TYPE_KEY)
+        integer = id_type == b"int64" if id_type is not None else pa.types.is_integer(annotations.schema.field(
+            "doc_id").type)
+        i = table.schema.get_field_index(cfg.input.id_field)
+        table = table.set_column(i, cfg.input.id_field, run_id_column(spec, part, cfg.input, integer))
     for name in annotations.column_names:
         column = annotations.column(name)
         if name == PARAGRAPH_CUTS:  # byte ranges to remove -> the text after paragraph dedup
@@ -61,7 +331,7 @@ def write_partition(spec: PartitionSpec, cfg: Config, annotations: pa.Table, ord
             name = "paragraph_text"
             column = pa.nulls(len(column), pa.string()) if column.null_count == len(column) else apply_cuts(
                 table.column(cfg.input.text_field).combine_chunks(), column.combine_chunks())
-        table = table.append_column(name, column)
+        table = table.append_column(prefix + name, column)
     path = os.path.join(out_dir, ANNOTATIONS_DIR, f"part-{spec.index:05d}.parquet")
     pq.write_table(table, path, compression=_compression(cfg))
     return path

@@ -90,3 +90,21 @@ def nonblank_lines(data):
             if not (c == 32 or c == 9 or c == 13 or c == 11 or c == 12):
                 blank = False
     return starts[:k], index[:k]
+
+
+@njit(nogil=True, cache=True)
+def find_final_sigma(data):
+    """Byte offset of the first U+03C2 GREEK SMALL LETTER FINAL SIGMA (UTF-8 ``CF 82``) in ``data``
+    (uint8), or -1. ``CF`` is always a lead byte, so ``CF 82`` is that character wherever it occurs."""
+    for i in range(data.shape[0] - 1):
+        if data[i] == 0xCF and data[i + 1] == 0x82:
+            return i
+    return -1
+
+
+@njit(nogil=True, cache=True)
+def fold_final_sigma(data, start):
+    """In place: every final sigma ς (``CF 82``) at or after ``start`` becomes σ (``CF 83``, same length)."""
+    for i in range(start, data.shape[0] - 1):
+        if data[i] == 0xCF and data[i + 1] == 0x82:
+            data[i + 1] = 0x83

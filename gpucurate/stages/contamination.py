@@ -33,7 +33,7 @@ from ..errors import ConfigError, InputError
 from ..executor import Executor
 from ..kernels.gates import ngram_hashes, ngram_matches
 from ..kernels.hashing import padded_words
-from ..text import arrow_buffers, normalize
+from ..text import arrow_buffers, normalize, reference_lower
 
 #: normalization of items and documents for n-gram matching
 MATCH_NORMALIZE = NormalizeConfig(nfkc=True, lowercase=True, collapse_whitespace=True, strip_punctuation=True)
@@ -320,7 +320,7 @@ def strip_spans(raw: str, table: np.ndarray, lengths: np.ndarray, window: int) -
     """
     chars, origin = [], []
     for i, ch in enumerate(raw):
-        for c in unicodedata.normalize("NFKC", ch).lower():
+        for c in reference_lower(unicodedata.normalize("NFKC", ch)):  # the lowercase of text.normalize
             chars.append(" " if c.isspace() or unicodedata.category(c).startswith("P") else c)
             origin.append(i)
     norm = "".join(chars)
