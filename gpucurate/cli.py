@@ -4,7 +4,6 @@ ingest, export, search); logs, progress: stderr."""
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
@@ -12,6 +11,32 @@ from pathlib import Path
 from .errors import ConfigError, GpucurateError
 
 log = logging.getLogger("gpucurate")
+
+
+class _Parser(argparse.ArgumentParser):
+    """Argument errors as one line, ``gpucurate: error: ...``, exit 2 (like every other error)."""
+
+    def error(self, message: str):
+        self.exit(2, f"gpucurate: error: {message} (see {self.prog} --help)\n")
+
+
+def _count(value: str) -> int:
+    """An argparse type: an integer >= 0."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
+    return n
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated()
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
@@ -27,8 +52,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpucurate", description="Find and annotate exact and near-duplicate "
-                                     "documents in large text collections.")
+    parser = _Parser(prog="gpucurate", description="Find and annotate exact and near-duplicate "
+                     "documents in large text collections.")
     from . import __version__
     parser.add_argument("--version", action="version", version=f"gpucurate {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -42,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="generate a multilingual sample corpus and deduplicate it")
     demo.add_argument("--output", "-o", default="demo-output", metavar="DIR",
                       help="output directory (default: demo-output); the corpus is written to DIR/input")
-    demo.add_argument("--docs", type=int, default=3000, help="documents to generate (default 3000)")
+    demo.add_argument("--docs", type=_count, default=3000, help="documents to generate (default 3000)")
     demo.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
     _add_run_options(demo)
 
@@ -326,11 +351,29 @@ def print_rethreshold(before: dict, after: dict, output: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a one-line argument error (exit 2)
+        return exc.code if isinstance(exc.code, int) else 2
     level = logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO
     logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("numba", "fsspec", "asyncio"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # SIGTERM (kill, a scheduler's stop, docker stop) ends a command like Ctrl-C: the staging directory
+    # is deleted, the previous output stays, exit 143
+    import signal
+    import threading
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _main(args)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(args) -> int:
     try:
         if args.command == "calibrate":
             return run_calibrate(args)
@@ -341,9 +384,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "search":
             return run_search(args)
         if args.command == "rethreshold":
+            from .io.writer import read_run_json, require_complete
             from .regroup import rethreshold
-            before = json.loads((Path(args.run) / "summary.json").read_text(encoding="utf-8")) \
-                if (Path(args.run) / "summary.json").is_file() else None
+            before = read_run_json(require_complete(args.run, "rethreshold") / "summary.json")
             summary = rethreshold(args.run, args.overrides, args.output)
             print_rethreshold(before, summary, args.output or args.run)
             return 0
@@ -377,9 +420,18 @@ def main(argv: list[str] | None = None) -> int:
     except GpucurateError as err:
         print(f"gpucurate: error: {err}", file=sys.stderr)
         return err.exit_code
+    except _Terminated:
+        print("gpucurate: terminated (SIGTERM); nothing half-written is in place", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
-        print("gpucurate: interrupted", file=sys.stderr)
+        print("gpucurate: interrupted; nothing half-written is in place", file=sys.stderr)
         return 130
+    except OSError as exc:  # the environment (a full disk, a path that cannot be written): one line, exit 1
+        if args.verbose:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"gpucurate: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 1
     except Exception as exc:  # a bug: one line by default, the traceback with -v
         if args.verbose:
             raise

@@ -35,6 +35,8 @@ from datetime import datetime, timezone
 import numpy as np
 import pandas as pd
 
+from .errors import ArgumentError  # a ConfigError (CLI: one line, exit 2) and a ValueError
+
 __all__ = ["COLUMNS", "KIND_FRACTIONS", "generate_corpus", "write_demo_corpus"]
 
 #: Share of each kind of document; the rest (about 40%) are unique documents.
@@ -502,7 +504,7 @@ def generate_corpus(n_docs: int = 3000, seed: int = 0, include_kind: bool = Fals
         ``source`` and ``true_cluster`` (id of the cluster's original); rows shuffled, default index.
     """
     if n_docs < 0:
-        raise ValueError(f"n_docs must be >= 0, got {n_docs}")
+        raise ArgumentError(f"the number of documents (n_docs, --docs) must be >= 0, got {n_docs}")
     counts = {kind: int(frac * n_docs) for kind, frac in KIND_FRACTIONS.items()}
     if counts["template"] < 2:                                          # a template needs two copies
         counts["template"] = 0
@@ -543,9 +545,11 @@ def write_demo_corpus(out_dir: str | os.PathLike, n_docs: int = 3000, seed: int 
         Paths ``out_dir/part-000.<fmt>``, ``part-001.<fmt>``, ... in row order.
     """
     if fmt not in ("jsonl", "jsonl.gz", "parquet"):
-        raise ValueError(f"fmt must be 'jsonl', 'jsonl.gz' or 'parquet', got {fmt!r}")
+        raise ArgumentError(f"fmt must be 'jsonl', 'jsonl.gz' or 'parquet', got {fmt!r}")
     if n_shards < 1:
-        raise ValueError(f"n_shards must be >= 1, got {n_shards}")
+        raise ArgumentError(f"n_shards must be >= 1, got {n_shards}")
+    if n_docs < 0:  # before anything is written
+        raise ArgumentError(f"the number of documents (n_docs, --docs) must be >= 0, got {n_docs}")
     os.makedirs(out_dir, exist_ok=True)
     df = generate_corpus(n_docs, seed)
     paths = []

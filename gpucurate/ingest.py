@@ -570,20 +570,23 @@ def _commit(state: State, batch: Batch, summary: dict, cfg: Config, timer) -> No
         state.commit(batch.segment, registry_table(batch), info, cfg.to_dict(), batch.boilerplate)
 
 
-def _write_output(batch: Batch, out: Path, executor: Executor) -> None:
+def _write_output(batch: Batch, output: Path, executor: Executor) -> None:
+    """The batch's annotated records, aliases and summary, staged and put in place complete (as ``run``)."""
     import dask
-    from .io.writer import prepare_output, write_json, write_partition, write_table
-    prepare_output(out, batch.cfg.output.overwrite)
-    table = batch.prep.table
-    offs = table.part_offsets
-    rows = batch.union.batch_rows
-    tasks = [dask.delayed(write_partition)(spec, batch.cfg, batch.annotations.take(pa.array(rows[offs[p]:offs[p + 1]])),
-                                           table.ords[offs[p]:offs[p + 1]], str(out))
-             for p, spec in enumerate(batch.specs)]
-    executor.compute(tasks, "write")
-    write_table(alias_table(batch.annotations.take(pa.array(rows))), out / "aliases.parquet", batch.cfg)
-    write_json({"documents": int(len(rows))}, out / "summary.json")
-
+    from .io.writer import StagedOutput, write_json, write_partition, write_table
+    with StagedOutput(output, batch.cfg.output.overwrite, "ingest") as staged:
+        out = staged.path
+        table = batch.prep.table
+        offs = table.part_offsets
+        rows = batch.union.batch_rows
+        tasks = [dask.delayed(write_partition)(spec, batch.cfg,
+                                               batch.annotations.take(pa.array(rows[offs[p]:offs[p + 1]])),
+                                               table.ords[offs[p]:offs[p + 1]], str(out))
+                 for p, spec in enumerate(batch.specs)]
+        executor.compute(tasks, "write")
+        write_table(alias_table(batch.annotations.take(pa.array(rows))), out / "aliases.parquet", batch.cfg)
+        write_json({"documents": int(len(rows))}, out / "summary.json")
+        staged.commit()
 
 
 def ingest_run(run_dir: str | os.PathLike, state_dir: str | os.PathLike, sink=None,
@@ -591,11 +594,9 @@ def ingest_run(run_dir: str | os.PathLike, state_dir: str | os.PathLike, sink=No
     """Seed a state (and a sink) from a finished run: its annotated records are ingested as one batch with
     the run's config, reusing its embeddings. The hash-based groups are the run's; the semantic stage
     searches exhaustively where the run searched within k-means clusters."""
-    import json
-    run = Path(run_dir)
-    if not (run / "summary.json").is_file():
-        raise ConfigError(f"{run}: no summary.json (not a finished gpucurate run)")
-    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    from .io.writer import read_run_json, require_complete
+    run = require_complete(run_dir, "ingest --from-run")  # a run that failed or is being written: refused
+    summary = read_run_json(run / "summary.json")
     cfg = load_config(None, overrides, base=load_config(None, flatten(summary["config"])))
     # how to read the run's records; later batches are read with the run's own input settings
     batch_only = {"input.id_field": run_annotation_prefix(summary["config"]) + "doc_id",

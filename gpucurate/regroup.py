@@ -15,7 +15,6 @@ edges and their collection thresholds are never changed.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -31,8 +30,9 @@ import pyarrow.parquet as pq
 from .annotate import alias_table, annotate
 from .backend import select
 from .config import Config, flatten, load_config
-from .errors import ConfigError
-from .io.writer import ANNOTATIONS_DIR, write_json
+from .errors import ConfigError, OutputError
+from .io.writer import (ANNOTATIONS_DIR, MARKER, StagedOutput, read_run_json, read_run_table, require_complete,
+                        write_batches, write_json, write_table)
 from .kernels.hashing import padded_words
 from .runindex import RUN_INDEX, RunIndex, load_run_index
 from .kernels.pairs import index_of, pack_pairs
@@ -76,22 +76,40 @@ def rethreshold(run_dir: str | os.PathLike, overrides: list[str] | dict,
     ----------
     run_dir : output directory of a finished run (or of an earlier rethreshold).
     overrides : ``["fuzzy.threshold=0.85", ...]`` or a dict; only the keys in ``CHANGEABLE``.
-    output : write the result here (a copy of the run with new annotations); default: rewrite
-        ``run_dir`` in place (each file replaced atomically).
+    output : write the result here (a copy of the run with new annotations; a new or empty directory);
+        default: replace ``run_dir`` in place, as a whole: the new version is written aside complete and
+        swapped in (``io.writer.StagedOutput``), so an interrupted rethreshold leaves the run as it was.
+        ``run_dir`` must be complete (``_SUCCESS``).
 
     Returns the new ``summary.json``, whose ``rethreshold`` entry says what changed, whether the
     result equals a full run (``exact``) and the time ratio to the original full run.
     """
+    start = time.perf_counter()
+    run = require_complete(run_dir, "rethreshold")
+    in_place = output is None or os.path.realpath(output) == os.path.realpath(run)
+    # in place, the run itself is locked, its new version written complete aside and swapped in (other
+    # files carried over); elsewhere, a new output directory is written the same way
+    with StagedOutput(run if in_place else output, overwrite=in_place, command="rethreshold",
+                      foreign_ok=in_place) as staged:
+        require_complete(run, "rethreshold", locked=in_place)  # again, under the lock
+        summary = _rethreshold(run, staged.path, overrides, start, in_place)
+        staged.commit()
+    return summary
+
+
+def _rethreshold(run: Path, out: Path, overrides, start: float, in_place: bool) -> dict:
     from .pipeline import DedupResult, Timer, stage_counts
     from .report import write_report
-    start = time.perf_counter()
-    run = Path(run_dir)
-    if not (run / "summary.json").is_file():
-        raise ConfigError(f"{run}: no summary.json (not a finished gpucurate run)")
-    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    summary = read_run_json(run / "summary.json")
     old_cfg, cfg, changed = _configs(summary, overrides)
-    idx = load_run_index(run)
-    out = _prepare(run, Path(output) if output is not None else None)
+    if not (run / RUN_INDEX).is_file():
+        raise OutputError("missing (the run directory is incomplete)", run / RUN_INDEX)
+    try:
+        idx = load_run_index(run)
+    except (OSError, pa.ArrowException, KeyError, ValueError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise OutputError(f"unreadable run index ({type(exc).__name__}: {first})", run / RUN_INDEX) from None
+    _carry_over(run, out, in_place)
     timer = Timer()
     notes: list[str] = []
     backend = select("cpu")  # grouping and the few recomputed pairs: nothing worth a device
@@ -104,7 +122,7 @@ def rethreshold(run_dir: str | os.PathLike, overrides: list[str] | dict,
                                        old_cfg.exact.enabled)
     canonical = (exact.canon == rows) & ~exact.empty & eligible
     with timer("read edges"):
-        edges = pq.read_table(run / "edges.parquet")
+        edges = read_run_table(run / "edges.parquet")
         row_of = pd.Index(table.ids).get_indexer(edges.column("id_a").to_pandas()), \
             pd.Index(table.ids).get_indexer(edges.column("id_b").to_pandas())
         method = np.asarray(edges.column("method").to_pylist(), dtype=object)
@@ -142,9 +160,9 @@ def rethreshold(run_dir: str | os.PathLike, overrides: list[str] | dict,
         idx.contamination.stats["dropped"] = int(pc.sum(pc.equal(annotations.column("drop_stage"),
                                                                  "contamination")).as_py() or 0)
     with timer("write"):
-        _rewrite_parts(run, out, annotations, table.part_offsets, cfg.output.annotation_prefix)
-        pq.write_table(alias_table(annotations), out / "aliases.parquet")
-        _rewrite_edges(edges, method, score, cfg, fuzzy, out)
+        _rewrite_parts(run, out, annotations, table.part_offsets, cfg.output.annotation_prefix, cfg)
+        write_table(alias_table(annotations), out / "aliases.parquet", cfg)  # the run's compression
+        _rewrite_edges(run, edges, method, score, cfg, fuzzy, out)
         _rewrite_run_index(run, out, exact.canon, fuzzy, n)
     for note in notes:
         log.warning("rethreshold: %s", note)
@@ -169,25 +187,37 @@ def rethreshold(run_dir: str | os.PathLike, overrides: list[str] | dict,
     })
     summary["stages"]["input"]["text_bytes"] = int(table.nbytes.sum())
     write_json(summary, out / "summary.json")
-    write_report(out)
+    write_report(out, staged=True)
     log.info("rethreshold: %d of %d documents kept in %.2f s (%.1f%% of the full run's %.2f s)", keep, n, wall,
              100 * wall / full_wall if full_wall else float("nan"), full_wall)
     return summary
 
 
-def _prepare(run: Path, output: Path | None) -> Path:
-    """The directory to write: ``run`` itself, or a fresh copy of everything but the annotations."""
-    if output is None or output.resolve() == run.resolve():
-        return run
-    if output.exists() and any(output.iterdir()):
-        raise ConfigError(f"{output}: output directory is not empty")
-    output.mkdir(parents=True, exist_ok=True)
-    (output / ANNOTATIONS_DIR).mkdir()
+#: what a rethreshold writes anew; everything else in the run directory is carried over unchanged
+REWRITTEN = (ANNOTATIONS_DIR, "aliases.parquet", "edges.parquet", RUN_INDEX, "summary.json", "report.html", MARKER)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _carry_over(run: Path, out: Path, in_place: bool) -> None:
+    """Put everything of ``run`` that a rethreshold does not rewrite (embeddings, the contamination
+    report, the user's own files) into the staging directory ``out``: hard links in place (the old
+    directory is deleted after the swap, and gpucurate replaces files, never modifies them), copies for
+    a separate output."""
+    copy = _link_or_copy if in_place else shutil.copy2
     for item in run.iterdir():
-        if item.name == ANNOTATIONS_DIR:
-            continue
-        (shutil.copytree if item.is_dir() else shutil.copy2)(item, output / item.name)
-    return output
+        if item.name in REWRITTEN or item.name.endswith(".tmp") or (item.name.startswith(".") and (
+                ".staging-" in item.name or ".old-" in item.name or item.name.endswith(".lock"))):
+            continue  # also a staging directory, lock file or old output of an output inside the run
+        if item.is_dir():
+            shutil.copytree(item, out / item.name, copy_function=copy)
+        else:
+            copy(str(item), str(out / item.name))
 
 
 def _fuzzy(run: Path, idx: RunIndex, cfg: Config, backend, participants: np.ndarray, edge_a: np.ndarray,
@@ -261,7 +291,7 @@ def _read_texts(run: Path, part_offsets: np.ndarray, text_field: str, rows: np.n
     part_of = np.searchsorted(part_offsets, rows, side="right") - 1
     for p in np.unique(part_of):
         local = rows[part_of == p] - part_offsets[p]
-        column = pq.read_table(files[p], columns=[text_field]).column(text_field)
+        column = read_run_table(files[p], columns=[text_field]).column(text_field)
         out.append(column.take(pa.array(local)).combine_chunks().cast(pa.large_string()))
     return pa.concat_arrays(out) if out else pa.array([], pa.large_string())
 
@@ -287,32 +317,43 @@ def _semantic(idx: RunIndex, cfg: Config, backend, canonical: np.ndarray, row_of
                           s, np.empty((0, 0), np.float32), model, stats)
 
 
-def _replace(path: Path, table: pa.Table) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(path)
+def _replace(path: Path, table: pa.Table, cfg: Config | None = None) -> None:
+    """Write ``table`` to ``path`` in the staging directory: with the run's ``output.compression``
+    (``cfg``), as the full run writes it, or pyarrow's defaults (``run_index.parquet``)."""
+    if cfg is not None:
+        write_table(table, path, cfg)
+    else:
+        pq.write_table(table, path)
 
 
-def _rewrite_parts(run: Path, out: Path, annotations: pa.Table, part_offsets: np.ndarray, prefix: str = "") -> None:
+def _rewrite_parts(run: Path, out: Path, annotations: pa.Table, part_offsets: np.ndarray, prefix: str = "",
+                   cfg: Config | None = None) -> None:
     """``prefix``: the run's ``output.annotation_prefix`` (the part files' annotation column names)."""
     files = _annotation_files(run, part_offsets)
     for p, f in enumerate(files):
-        records = pq.read_table(f)
+        records = read_run_table(f)
         new = annotations.slice(part_offsets[p], part_offsets[p + 1] - part_offsets[p])
         if records.num_rows != new.num_rows or not records.column(prefix + "doc_id").equals(new.column("doc_id")):
             raise ConfigError(f"{f}: its documents are not the ones the run index lists for partition {p}")
         for name in DEDUP_COLUMNS:
             i = records.schema.get_field_index(prefix + name)
             records = records.set_column(i, prefix + name, new.column(name))
-        _replace(out / ANNOTATIONS_DIR / f.name, records)
+        _replace(out / ANNOTATIONS_DIR / f.name, records, cfg)
 
 
-def _rewrite_edges(edges: pa.Table, method: np.ndarray, score: np.ndarray, cfg: Config, fuzzy, out: Path) -> None:
-    """The same edges with ``above_threshold`` at the new thresholds."""
+def _rewrite_edges(run: Path, edges: pa.Table, method: np.ndarray, score: np.ndarray, cfg: Config, fuzzy,
+                   out: Path) -> None:
+    """The same edges with ``above_threshold`` at the new thresholds, in the row groups of the run's file
+    and with its compression (as the full run writes them)."""
     fuzzy_threshold = fuzzy.threshold if fuzzy is not None else cfg.fuzzy.threshold
     above = np.where(method == "cosine", score >= cfg.semantic.threshold, score >= fuzzy_threshold - 1e-12)
-    _replace(out / "edges.parquet", edges.set_column(edges.schema.get_field_index("above_threshold"),
-                                                     "above_threshold", pa.array(above, pa.bool_())))
+    new = edges.set_column(edges.schema.get_field_index("above_threshold"), "above_threshold",
+                           pa.array(above, pa.bool_()))
+    meta = pq.read_metadata(run / "edges.parquet")
+    sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(int)
+    write_batches([new.slice(starts[i], sizes[i]) for i in range(len(sizes))] or [new.slice(0, 0)],
+                  out / "edges.parquet", cfg)
 
 
 def _rewrite_run_index(run: Path, out: Path, exact_canon: np.ndarray, fuzzy, n: int) -> None:

@@ -158,7 +158,7 @@ def write_report(run_dir: str | Path, staged: bool = False) -> Path:
     if staged:
         return _write_report(Path(run_dir))
     with lock_output(run_dir, "report"):
-        return _write_report(require_complete(run_dir, "report"))
+        return _write_report(require_complete(run_dir, "report", locked=True))
 
 
 def _write_report(run: Path) -> Path:

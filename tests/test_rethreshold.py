@@ -112,6 +112,29 @@ def test_in_place_and_roll_back(corpus, tmp_path):
     assert (tmp_path / "work" / "report.html").is_file()
 
 
+@pytest.mark.parametrize("compression", ["zstd", "gzip"])
+def test_files_are_byte_identical_to_a_full_run_with_the_run_compression(corpus, tmp_path, compression):
+    """In place and to another directory, the rewritten files equal a full run's byte for byte, with the
+    run's ``output.compression`` (rethreshold once wrote Snappy whatever the run had)."""
+    tmp, paths = corpus
+    base = full_run(paths, tmp_path / "low", **{"output.compression": compression})
+    pin = {"fuzzy.bands": base["lsh"]["bands"], "fuzzy.rows": base["lsh"]["rows"]}
+    full_run(paths, tmp_path / "high", **{"output.compression": compression, "fuzzy.threshold": 0.9, **pin})
+    shutil.copytree(tmp_path / "low", tmp_path / "work")
+    assert main(["rethreshold", "--run", str(tmp_path / "work"), "--set", "fuzzy.threshold=0.9", "-q"]) == 0
+    rethreshold(tmp_path / "low", {"fuzzy.threshold": 0.9}, output=tmp_path / "re")
+    names = [f"annotations/{p.name}" for p in sorted((tmp_path / "high" / "annotations").glob("*.parquet"))]
+    names += ["aliases.parquet", "edges.parquet"]
+    for done in (tmp_path / "work", tmp_path / "re"):
+        for name in names:
+            assert (done / name).read_bytes() == (tmp_path / "high" / name).read_bytes(), (done.name, name)
+            meta = pq.ParquetFile(done / name).metadata
+            assert meta.row_group(0).column(0).compression == compression.upper(), name
+        assert (done / "_SUCCESS").is_file()
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [
+            f".{d}.lock" for d in ("high", "low", "re", "work")]  # no staging or old directories left
+
+
 def test_lower_threshold_is_flagged(corpus, tmp_path, capsys):
     tmp, paths = corpus
     full_run(paths, tmp_path / "run")
@@ -158,8 +181,10 @@ def test_bad_changes_are_clear_errors(corpus, tmp_path, capsys, args, message):
 
 
 def test_not_a_run_is_a_clear_error(tmp_path, capsys):
-    assert main(["rethreshold", "--run", str(tmp_path), "--set", "fuzzy.threshold=0.9"]) == 2
-    assert "no summary.json" in capsys.readouterr().err
+    """A directory without the completion marker (not a run, or one that failed or is being written)."""
+    assert main(["rethreshold", "--run", str(tmp_path), "--set", "fuzzy.threshold=0.9"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a complete gpucurate run" in err[0] and "_SUCCESS" in err[0]
 
 
 def test_paragraph_runs_are_refused(corpus, tmp_path, capsys):

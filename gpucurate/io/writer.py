@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..config import Config, annotation_names
-from ..errors import ConfigError, InputError, OutputError
+from ..errors import ConfigError, InputError, LockedError, OutputError
 from ..failpoints import failpoint
 from .reader import PartitionSpec, check_annotation_clash, load_partition, order_keys, run_id_column
 
@@ -47,24 +47,6 @@ PARAGRAPH_CUTS = "_paragraph_cuts"
 ID_TYPE_KEY = b"gpucurate.id_type"
 OUTPUT_ITEMS = (ANNOTATIONS_DIR, "aliases.parquet", "edges.parquet", "summary.json", "embeddings",
                 "contamination_report.json", "report.html", "run_index.parquet")
-
-
-def prepare_output(path: str | Path, overwrite: bool) -> Path:
-    """Create the output directory; a non-empty one is an error unless ``overwrite``."""
-    out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"{out}: output exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()):
-        if not overwrite:
-            raise ConfigError(f"{out}: output directory is not empty (set output.overwrite=true to replace it)")
-        for item in OUTPUT_ITEMS:
-            target = out / item
-            if target.is_dir():
-                shutil.rmtree(target)
-            elif target.exists():
-                target.unlink()
-    (out / ANNOTATIONS_DIR).mkdir(parents=True, exist_ok=True)
-    return out
 
 
 def _reason(exc: OSError) -> str:
@@ -134,9 +116,16 @@ def read_run_json(path: Path) -> dict:
         raise OutputError(f"unreadable JSON ({exc})", path) from None
 
 
-def require_complete(path: str | os.PathLike, command: str) -> Path:
-    """``path`` as a Path if it is a complete output directory; otherwise an OutputError (exit 1)."""
+def require_complete(path: str | os.PathLike, command: str, locked: bool = False) -> Path:
+    """``path`` as a Path if it is a complete output directory; otherwise an OutputError (exit 1).
+    A directory left aside by a writer killed mid-swap is put back first (``locked``: the caller holds
+    the directory's lock)."""
     run = Path(path)
+    if not run.exists():
+        if locked:
+            StagedOutput(run, overwrite=False)._recover()
+        else:
+            repair_output(run)
     if not run.is_dir():
         raise OutputError(f"no such run directory ({command} needs the output directory of a finished run)", run)
     if not is_complete(run):
@@ -144,6 +133,20 @@ def require_complete(path: str | os.PathLike, command: str) -> Path:
                           f"or is still being written (or an older gpucurate wrote it); {command} needs a finished "
                           "run: run it again", run)
     return run
+
+
+def repair_output(path: str | os.PathLike) -> None:
+    """Put back an output directory whose writer was killed between its two renames (it is in a
+    ``.<name>.old-*`` directory), and delete dead writers' leftovers; only when no writer holds the lock
+    (otherwise nothing is done)."""
+    staged = StagedOutput(path, overwrite=False)
+    try:
+        if not staged.target.name or not (staged._leftovers("old") or staged._leftovers("staging")):
+            return
+        with lock_output(path, "repair"):
+            staged._recover()
+    except (LockedError, OSError):
+        pass
 
 
 class StagedOutput:
