@@ -16,12 +16,12 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 REUTERS = SHARED_DATA / "reuters21578" / "reuters21578.jsonl.gz"
 
 
-def reuters_bodies() -> tuple[list[str], list[int]]:
-    """Non-empty Reuters bodies and their ``newid`` (19,043 documents)."""
-    if not REUTERS.is_file():
-        raise SystemExit(f"benchmark data not found: {REUTERS}")
+def reuters_bodies(path: Path = REUTERS) -> tuple[list[str], list[int]]:
+    """Non-empty Reuters bodies and their ``newid`` (19,043 documents) of ``path`` (the shared copy)."""
+    if not path.is_file():
+        raise SystemExit(f"benchmark data not found: {path}")
     texts, ids = [], []
-    with gzip.open(REUTERS, "rt", encoding="utf-8") as fh:
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
         for line in fh:
             rec = json.loads(line)
             if rec.get("body"):

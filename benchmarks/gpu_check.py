@@ -72,7 +72,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gzip
 import io
 import json
 import math
@@ -99,7 +98,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 if str(ROOT) not in sys.path:  # gpucurate from this checkout when it is not installed (a bare device machine)
     sys.path.insert(1, str(ROOT))
-from common import REUTERS, print_table, write_json  # noqa: E402
+from common import REUTERS, print_table, reuters_bodies, write_json  # noqa: E402
 
 PHASES = {"a": "environment", "b": "parity", "c": "kernel timings", "d": "end to end", "e": "static resources"}
 DEFAULT_TIMEOUTS = {"a": 45, "b": 90, "c": 75, "d": 180, "e": 30}  # 420 s in all
@@ -190,14 +189,8 @@ def reuters_path() -> Path | None:
 
 
 def reuters_table(path: Path) -> pa.Table:
-    """Non-empty Reuters bodies and their ``newid`` (as ``common.reuters_bodies``)."""
-    texts, ids = [], []
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        for line in fh:
-            rec = json.loads(line)
-            if rec.get("body"):
-                texts.append(rec["body"])
-                ids.append(rec["newid"])
+    """Non-empty Reuters bodies and their ``newid``."""
+    texts, ids = reuters_bodies(path)
     return pa.table({"id": pa.array(ids, pa.int64()), "text": pa.array(texts, pa.large_string())})
 
 

@@ -66,6 +66,13 @@ def _exclusive_cumsum(xp, counts):
     return xp.concat([xp.zeros(1, dtype=xp.int64), xp.cumulative_sum(xp.astype(counts, xp.int64))])
 
 
+def lexsort_order(xp, primary, secondary):
+    """int64 permutation sorting by ``primary``, then ``secondary`` (``np.lexsort((secondary, primary))``):
+    a stable sort by the secondary key, then a stable sort by the primary one."""
+    by_secondary = xp.argsort(secondary, stable=True)
+    return xp.take(by_secondary, xp.argsort(xp.take(primary, by_secondary), stable=True))
+
+
 def _run_starts(xp, sorted_values):
     """bool[m]: where a run of equal values starts."""
     if sorted_values.shape[0] == 0:
@@ -136,10 +143,7 @@ def shingle_sets(dev, unit_hash, unit_first, k: int, seed):
     sh_doc = _segment_ids(xp, sh_first, total)
     hashes = dev.empty(total, xp.uint64)
     dev.launch("shingle_hashes", total, unit_hash, unit_first, sh_first, sh_doc, k, np.uint64(seed), hashes)
-    # sort by (text, hash): a stable sort by hash, then a stable sort by text (texts are already in order)
-    by_hash = xp.argsort(hashes, stable=True)
-    order = xp.take(by_hash, xp.argsort(xp.take(sh_doc, by_hash), stable=True))
-    hashes = xp.take(hashes, order)
+    hashes = xp.take(hashes, lexsort_order(xp, sh_doc, hashes))  # by (text, hash); sh_doc stays in order
     first = _run_starts(xp, hashes)
     if total:
         first = first | _run_starts(xp, sh_doc)
@@ -264,8 +268,7 @@ def canonicals(dev, labels, key=None):
         return labels
     xp = dev.xp
     m = labels.shape[0]
-    by_key = xp.argsort(key, stable=True)
-    order = xp.take(by_key, xp.argsort(xp.take(labels, by_key), stable=True))
+    order = lexsort_order(xp, labels, key)
     starts = _run_starts(xp, xp.take(labels, order))
     group = xp.cumulative_sum(xp.astype(starts, xp.int64)) - 1
     canon_sorted = xp.take(order, xp.take(xp.nonzero(starts)[0], group))

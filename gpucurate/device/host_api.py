@@ -82,9 +82,7 @@ def _sorted_sets(offsets, values):
     xp = DEV.xp
     off, val = DEV.to_device(offsets.astype(np.int64)), DEV.to_device(values)
     owner = glue._segment_ids(xp, off, val.shape[0])
-    by_value = xp.argsort(val, stable=True)
-    order = xp.take(by_value, xp.argsort(xp.take(owner, by_value), stable=True))
-    return off, xp.take(val, order)
+    return off, xp.take(val, glue.lexsort_order(xp, owner, val))
 
 
 def jaccard_pairs(offsets, values, pi, pj) -> np.ndarray:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..kernels.minhash import WORD
 from . import glue
 from .arrays import DeviceArrays
 
@@ -58,7 +59,7 @@ class ResidentCorpus:
         with dev.lock:
             with dev.step("upload text"):
                 t = glue.upload_texts(dev, offsets, data)
-            char_mode = self.params is not None and self.params.mode != 0
+            char_mode = self.params is not None and self.params.mode != WORD
             units = glue.text_units(dev, t, char_mode)
             hashes = glue.text_hashes(dev, t)
             with dev.step("exact: hashes and counts"):
