@@ -95,6 +95,8 @@ def select(name: str = "auto") -> Backend:
 
 def _cuda_visible() -> bool:
     """A CUDA driver with at least one device (cheap; ``probe_device`` then checks it works)."""
+    if not _driver_library():
+        return False  # no driver: skip importing CuPy / numba.cuda (most of a second of start-up)
     try:
         import cupy
         return cupy.cuda.runtime.getDeviceCount() > 0
@@ -104,3 +106,15 @@ def _cuda_visible() -> bool:
             return bool(cuda.is_available())
         except Exception:
             return False
+
+
+def _driver_library() -> bool:
+    """Whether the CUDA driver library (``libcuda``) can be loaded: without it nothing can run on a GPU."""
+    import ctypes
+    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            ctypes.CDLL(name)
+            return True
+        except OSError:
+            continue
+    return False

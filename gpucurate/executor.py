@@ -21,6 +21,13 @@ from .threads import thread_map
 log = logging.getLogger("gpucurate")
 
 
+def _threads(*args, **kwargs):
+    """Dask's threaded scheduler, passed as a function: the name ``"threads"`` makes Dask import
+    ``distributed`` (half a second) to look for a client first."""
+    import dask.threaded
+    return dask.threaded.get(*args, **kwargs)
+
+
 class _TqdmCallback(Callback):
     """Counts finished tasks of a local compute on a tqdm bar."""
 
@@ -94,7 +101,7 @@ class Executor:
             return []
         if self.client is None:
             with _TqdmCallback(desc, self.progress):
-                return list(dask.compute(*tasks, scheduler="threads", num_workers=self.workers))
+                return list(dask.compute(*tasks, scheduler=_threads, num_workers=self.workers))
         from distributed import as_completed
         futures = self.client.compute(tasks)
         with self._bar(len(futures), desc) as bar:
@@ -110,7 +117,7 @@ class Executor:
             for start in range(0, len(tasks), step):
                 batch = tasks[start:start + step]
                 if self.client is None:
-                    results = dask.compute(*batch, scheduler="threads", num_workers=self.workers)
+                    results = dask.compute(*batch, scheduler=_threads, num_workers=self.workers)
                 else:
                     results = self.client.gather(self.client.compute(batch))
                 bar.update(len(batch))
@@ -119,7 +126,7 @@ class Executor:
     def persist(self, collection, desc: str):
         if self.client is None:
             with _TqdmCallback(desc, self.progress):
-                return collection.persist(scheduler="threads", num_workers=self.workers)
+                return collection.persist(scheduler=_threads, num_workers=self.workers)
         from distributed import as_completed, futures_of
         persisted = self.client.persist(collection)
         futures = futures_of(persisted)  # wait here, so that step timings and failures belong to this step

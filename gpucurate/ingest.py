@@ -267,9 +267,10 @@ def compute_batch(state: State, cfg: Config, inputs: list[str], executor: Execut
     from .pipeline import _locator, prepare
     report: dict = {}
     with timer("read+normalize"):
-        specs = plan_partitions(inputs, cfg.input, report)  # (a run's records are input here: no name check)
+        specs = plan_partitions(inputs, cfg.input, report, parallelism=executor.workers)  # (a run's records are input here: no name check)
         locate_key = _locator(specs)
-        prep = prepare(read_documents(specs, cfg.input), cfg, executor, backend, locate_key)
+        prep = prepare(read_documents(specs, cfg.input, local=executor.client is None), cfg, executor, backend,
+                       locate_key)
     batch_table = prep.table
     with timer("exact"):
         exact_b = ExactDedup(cfg, backend).run(prep.ddf, batch_table, executor)

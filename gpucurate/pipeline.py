@@ -93,10 +93,10 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
                                 gpus=backend.name == "gpu") as executor:
         with timer("plan"):
             reserved = annotation_names(cfg.output.annotation_prefix)  # input columns must not have these names
-            specs = plan_partitions([str(i) for i in inputs], cfg.input, report, reserved)
+            specs = plan_partitions([str(i) for i in inputs], cfg.input, report, reserved, executor.workers)
         log.info("%d input partition(s) from %d file(s) on %s", len(specs),
                  len({p for s in specs for p in s.paths}), executor.description)
-        ddf = read_documents(specs, cfg.input, reserved)
+        ddf = read_documents(specs, cfg.input, reserved, local=executor.client is None)
         result = deduplicate(ddf, cfg, executor, backend, timer, _locator(specs))
         table, annotations = result.table, result.annotations
         with timer("write"):

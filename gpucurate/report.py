@@ -1,4 +1,4 @@
-"""``report.html``: a self-contained human report of a finished run (plots embedded as PNG).
+"""``report.html``: a self-contained human report of a finished run (plots drawn as inline SVG).
 
 Sections: the funnel of documents per stage, cluster sizes, similarity histograms per method with the
 threshold marked, the largest clusters with sample texts, contamination hits, timings and parameters.
@@ -7,9 +7,7 @@ Written by every run and by ``python -m gpucurate report --run DIR``; it reads o
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import json
 from pathlib import Path
 
@@ -24,12 +22,47 @@ from .review import edge_thresholds, texts_of
 SAMPLE_CHARS = 300
 
 
-def _png(fig) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    import matplotlib.pyplot as plt
-    plt.close(fig)
-    return f'<img alt="plot" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
+def _svg_histogram(counts: np.ndarray, edges: np.ndarray, xlabel: str, ylabel: str, log: bool = False,
+                   marker: float | None = None, marker_label: str = "") -> str:
+    """An inline SVG bar chart of ``counts[b]`` over ``edges[b]:edges[b + 1]`` (both axes log10 when ``log``),
+    with an optional dashed vertical line at ``marker``. Drawn by hand: a plotting library costs a second
+    of import for two small charts."""
+    width, height, left, bottom, top, right = 650, 300, 70, 45, 15, 15
+    pw, ph = width - left - right, height - top - bottom
+    tx = np.log10 if log else (lambda v: np.asarray(v, dtype=np.float64))
+    x0, x1 = float(tx(edges[0])), float(tx(edges[-1]))
+    y_max = float(np.log10(counts.max()) + 0.1) if log else float(counts.max()) * 1.05
+    y_max = max(y_max, 1e-9)
+
+    def px(v):
+        return left + (float(tx(v)) - x0) / (x1 - x0 or 1.0) * pw
+
+    def py(c):
+        c = (np.log10(c) + 0.1 if log else c) if c > 0 else 0.0
+        return top + ph - c / y_max * ph
+
+    out = [f'<svg role="img" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
+           f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#444"/>']
+    for c, a, b in zip(counts, edges[:-1], edges[1:]):
+        if c > 0:
+            y = py(c)
+            out.append(f'<rect x="{px(a):.1f}" y="{y:.1f}" width="{max(px(b) - px(a) - 0.5, 0.5):.1f}" '
+                       f'height="{top + ph - y:.1f}" fill="#4c72b0"><title>{_fmt(a)}-{_fmt(b)}: {int(c):,}</title></rect>')
+    ticks = [e for e in edges[:: max(1, len(edges) // 6)]] + [edges[-1]]
+    for v in ticks:
+        out.append(f'<text x="{px(v):.1f}" y="{top + ph + 15}" text-anchor="middle">{_fmt(float(v))}</text>')
+    for c in ([10 ** k for k in range(int(y_max) + 1)] if log else np.linspace(0, counts.max(), 5)):
+        if c <= counts.max():
+            out.append(f'<text x="{left - 5}" y="{py(c) + 4:.1f}" text-anchor="end">{_fmt(int(round(c)))}</text>')
+    if marker is not None:
+        out.append(f'<line x1="{px(marker):.1f}" x2="{px(marker):.1f}" y1="{top}" y2="{top + ph}" stroke="red" '
+                   f'stroke-dasharray="5,3"/><text x="{px(marker) - 4:.1f}" y="{top + 12}" text-anchor="end" '
+                   f'fill="red">{html.escape(marker_label)}</text>')
+    out.append(f'<text x="{left + pw / 2}" y="{height - 8}" text-anchor="middle">{html.escape(xlabel)}</text>'
+               f'<text transform="translate(14,{top + ph / 2}) rotate(-90)" text-anchor="middle">'
+               f'{html.escape(ylabel)}</text></svg>')
+    return "".join(out)
 
 
 def _table(rows: list[dict], columns: list[str]) -> str:
@@ -61,10 +94,6 @@ def _funnel(summary: dict) -> list[dict]:
 
 
 def build_report(run_dir: str | Path) -> str:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     run = Path(run_dir)
     if not (run / "summary.json").is_file():
         raise InputError("not a finished gpucurate run (no summary.json)", str(run))
@@ -84,15 +113,10 @@ def build_report(run_dir: str | Path) -> str:
     sizes = ann.loc[ann.is_canonical & (ann.cluster_size > 1), "cluster_size"].to_numpy()
     parts.append("<h2>Cluster sizes</h2>")
     if len(sizes):
-        fig, ax = plt.subplots(figsize=(6.5, 3.2), dpi=100)
-        ax.hist(sizes, bins=np.unique(np.geomspace(2, max(3, sizes.max() + 1), 30).astype(int)), color="#4c72b0")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("documents per cluster")
-        ax.set_ylabel("clusters")
-        fig.subplots_adjust(left=0.12, right=0.97, bottom=0.17, top=0.9)  # fixed: tight_layout costs 0.2 s a plot
+        bins = np.unique(np.geomspace(2, max(3, sizes.max() + 1), 30).astype(int))
+        counts, _ = np.histogram(sizes, bins=bins)
         parts.append(f"<p>{len(sizes):,} clusters of 2 or more documents; the largest has {sizes.max():,}.</p>"
-                     + _png(fig))
+                     + _svg_histogram(counts, bins, "documents per cluster", "clusters", log=True))
     else:
         parts.append("<p>No cluster has more than one document.</p>")
 
@@ -101,15 +125,11 @@ def build_report(run_dir: str | Path) -> str:
     thresholds = edge_thresholds(cfg)
     if len(edges):
         for method, group in edges.groupby("method"):
-            fig, ax = plt.subplots(figsize=(6.5, 3), dpi=100)
-            ax.hist(group.score, bins=50, color="#55a868")
-            ax.axvline(thresholds[method], color="red", ls="--", label=f"threshold {thresholds[method]:.3g}")
-            ax.set_xlabel(f"{method} score")
-            ax.set_ylabel("pairs")
-            ax.legend()
-            fig.subplots_adjust(left=0.12, right=0.97, bottom=0.17, top=0.9)  # fixed: tight_layout costs 0.2 s a plot
+            counts, bins = np.histogram(group.score, bins=50)
+            chart = _svg_histogram(counts, bins, f"{method} score", "pairs", marker=thresholds[method],
+                                   marker_label=f"threshold {thresholds[method]:.3g}")
             parts.append(f"<h3>{html.escape(method)}: {len(group):,} pairs, "
-                         f"{int(group.above_threshold.sum()):,} at or above the threshold</h3>" + _png(fig))
+                         f"{int(group.above_threshold.sum()):,} at or above the threshold</h3>" + chart)
     else:
         parts.append("<p>No candidate pairs.</p>")
 
@@ -144,7 +164,7 @@ def build_report(run_dir: str | Path) -> str:
     style = ("body{font-family:sans-serif;max-width:960px;margin:2em auto;color:#222}"
              "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.2em .6em;"
              "text-align:left;vertical-align:top}th{background:#eee}pre{background:#f6f6f6;padding:1em}"
-             "li{margin:.3em 0}img{max-width:100%}")
+             "li{margin:.3em 0}svg{max-width:100%;height:auto}")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>gpucurate report</title>"
             f"<style>{style}</style></head><body>{''.join(parts)}</body></html>")
 

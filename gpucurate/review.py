@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .config import run_annotation_prefix
@@ -49,10 +51,14 @@ def texts_of(run: Path, doc_ids: set, text_field: str) -> dict:
     """doc_id -> stored text of the given documents of a finished run (one column pass per part)."""
     texts = {}
     doc_id = run_annotation_prefix(json.loads((run / "summary.json").read_text())["config"]) + "doc_id"
+    if not doc_ids:
+        return texts
+    wanted = pa.array(list(doc_ids))
     for f in sorted((run / "annotations").glob("part-*.parquet")):
-        t = pq.read_table(f, columns=[doc_id, text_field]).rename_columns(["doc_id", text_field]).to_pandas()
-        t = t[t.doc_id.isin(doc_ids)]
-        texts.update(zip(t.doc_id, t[text_field].fillna("")))
+        t = pq.read_table(f, columns=[doc_id, text_field])
+        t = t.filter(pc.is_in(t.column(doc_id), value_set=wanted.cast(t.schema.field(doc_id).type)))
+        # filtered in Arrow: only the few wanted texts become Python strings
+        texts.update(zip(t.column(doc_id).to_pylist(), (x or "" for x in t.column(text_field).to_pylist())))
     return texts
 
 

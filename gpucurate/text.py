@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from .config import NormalizeConfig
 from .kernels.hashing import M2, reference_fmix64, reference_fold, reference_hash_bytes
-from .kernels.text import collapse_whitespace, find_final_sigma, fold_final_sigma
+from .kernels.text import ascii_texts, collapse_mixed, collapse_whitespace, find_final_sigma, fold_final_sigma
 
 
 def arrow_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -54,6 +54,8 @@ def normalize(texts: pa.Array, cfg: NormalizeConfig | None = None) -> pa.LargeSt
     arr = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
     if arr.null_count:
         arr = pc.fill_null(arr, "")
+    if cfg.collapse_whitespace and not cfg.boilerplate_patterns and not cfg.strip_punctuation:
+        return _normalize_fused(arr, cfg)
     for pattern in cfg.boilerplate_patterns:
         arr = pc.replace_substring_regex(arr, pattern, " ")
     if cfg.nfkc:
@@ -65,6 +67,20 @@ def normalize(texts: pa.Array, cfg: NormalizeConfig | None = None) -> pa.LargeSt
     if cfg.collapse_whitespace:
         return from_buffers(*collapse_whitespace(*arrow_buffers(arr)))
     return arr.cast(pa.large_string())
+
+
+def _normalize_fused(arr: pa.Array, cfg: NormalizeConfig) -> pa.LargeStringArray:
+    """NFKC, lowercase and whitespace collapse with one pass over the bytes for the ASCII texts: NFKC
+    leaves ASCII as it is and its lowercase is A-Z -> a-z, so only the other texts go through Arrow's
+    Unicode functions first (two more passes and copies of them)."""
+    offsets, data = arrow_buffers(arr)
+    ascii = ascii_texts(offsets, data)
+    other = arr.filter(pa.array(~ascii)) if not ascii.all() else arr.slice(0, 0)
+    if len(other) and cfg.nfkc:
+        other = pc.utf8_normalize(other, "NFKC")
+    if len(other) and cfg.lowercase:
+        other = fold_sigma(pc.utf8_lower(other))
+    return from_buffers(*collapse_mixed(offsets, data, ascii, cfg.lowercase, *arrow_buffers(other)))
 
 
 def fold_sigma(arr: pa.Array) -> pa.Array:

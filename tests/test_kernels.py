@@ -8,7 +8,7 @@ from numba import njit
 from gpucurate.kernels import minhash, pairs
 from gpucurate.kernels.hashing import (band_seed, hash_bytes, padded_words, permutations, reference_band_keys,
                                        reference_hash_bytes, reference_minhash)
-from gpucurate.kernels.text import collapse_whitespace, nonblank_lines
+from gpucurate.kernels.text import collapse_whitespace, nonblank_lines, word_and_char_counts
 from gpucurate.text import (arrow_buffers, from_buffers, normalize, reference_normalize,
                             reference_shingle_hashes, reference_shingles)
 
@@ -109,6 +109,49 @@ def test_nonblank_lines():
     starts, index = nonblank_lines(data)
     assert index.tolist() == [0, 3, 5]
     assert starts.tolist() == [0, 12, 23]
+
+
+@pytest.mark.parametrize("nfkc,lowercase", [(True, True), (False, True), (True, False), (False, False)])
+def test_normalize_mixes_ascii_and_unicode_texts_in_order(nfkc, lowercase):
+    """ASCII texts take the one-pass path and the others Arrow's Unicode functions first; the result is
+    in input order and equals the Python specification whatever the mix."""
+    import unicodedata
+    from gpucurate.config import NormalizeConfig
+    from gpucurate.text import reference_lower
+    rng = np.random.default_rng(3)
+    alphabet = list("aZ Q\tx\n") + ["é", "Ⅻ", "ﬁ", "Σ", "ς", "\u00a0", "\u3000", "Ａ"]
+    texts = ["".join(rng.choice(alphabet if rng.random() < 0.4 else alphabet[:7], int(rng.integers(0, 12))))
+             for _ in range(2000)] + [None]
+    cfg = NormalizeConfig(nfkc=nfkc, lowercase=lowercase)
+    got = normalize(pa.array(texts), cfg).to_pylist()
+
+    def spec(t):
+        t = unicodedata.normalize("NFKC", t or "") if nfkc else (t or "")
+        return " ".join((reference_lower(t) if lowercase else t).split())
+    assert got == [spec(t) for t in texts]
+
+
+def test_nonblank_lines_equals_a_python_line_scan():
+    """Every mix of blank, whitespace-led and empty lines, with and without a final newline."""
+    rng = np.random.default_rng(11)
+    for _ in range(3000):
+        raw = bytes(rng.choice(list(b"ab \t\n\r{\x0b\x0c"), int(rng.integers(0, 30))))
+        want, pos = [], 0
+        for i, line in enumerate(raw.split(b"\n")):
+            if line.strip(b" \t\r\x0b\x0c"):
+                want.append((pos, i))
+            pos += len(line) + 1
+        starts, index = nonblank_lines(np.frombuffer(raw, dtype=np.uint8))
+        assert list(zip(starts.tolist(), index.tolist())) == want, raw
+
+
+def test_word_and_char_counts_of_normalized_texts():
+    texts = ["", "a", "a b", "héllo wörld 中文", "ё " * 40 + "x", "가나 다"]
+    offsets, data = arrow_buffers(normalize(pa.array(texts)))
+    words, chars = word_and_char_counts(offsets, data)
+    norm = [reference_normalize(t) for t in texts]
+    assert words.tolist() == [len(t.split(" ")) if t else 0 for t in norm]
+    assert chars.tolist() == [len(t) for t in norm]
 
 
 def test_jaccard_pairs_and_components():

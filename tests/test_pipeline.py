@@ -115,6 +115,45 @@ def _ann_bytes(out) -> pd.DataFrame:
     return ann[ANNOTATION_COLUMNS]
 
 
+def test_a_jsonl_file_is_cut_into_pieces_the_threads_can_share(tmp_path, demo_frame, monkeypatch):
+    """Planning cuts one JSON Lines file into a multiple of the threads in pieces of about equal size, every
+    line in exactly one; the annotations do not depend on it."""
+    from gpucurate.config import InputConfig
+    from gpucurate.io import reader
+    one = write_jsonl(tmp_path / "one.jsonl", _records(demo_frame))
+    size = one.stat().st_size
+    monkeypatch.setattr(reader, "MIN_SPLIT_BYTES", 0)
+    for parallelism in (1, 2, 3, 4):
+        specs = reader.plan_partitions([str(one)], InputConfig(partition_bytes=size // 2), {}, (), parallelism)
+        assert len(specs) % parallelism == 0 and len(specs) >= 2
+        sizes = [s.byte_end - s.byte_start for s in specs]
+        assert specs[0].byte_start == 0 and specs[-1].byte_end == size
+        assert all(a.byte_end == b.byte_start for a, b in zip(specs, specs[1:]))
+        assert max(sizes) < 1.5 * size / len(specs)
+    outs = [gpucurate.run([str(one)], tmp_path / f"w{w}", overrides=Q + [f"run.workers={w}",
+                                                                         f"input.partition_bytes={size // 2 + 1}"])
+            for w in (1, 3)]
+    assert [o["stages"]["input"]["partitions"] for o in outs] == [2, 3]
+    pd.testing.assert_frame_equal(_ann_bytes(tmp_path / "w3"), _ann_bytes(tmp_path / "w1"))
+
+
+def test_a_local_run_imports_no_cluster_plotting_or_gpu_library(tmp_path, demo_frame):
+    """The fixed cost of a small run: a run on local threads loads neither dask.dataframe nor distributed,
+    matplotlib, CuPy / numba.cuda (on a machine without a CUDA driver), torch or scikit-learn."""
+    import subprocess
+    import sys
+    src = write_jsonl(tmp_path / "d.jsonl", _records(demo_frame)[:50])
+    heavy = ["dask.dataframe", "distributed", "matplotlib", "torch", "sklearn", "transformers", "cupy"]
+    from gpucurate.backend import _driver_library
+    if not _driver_library():
+        heavy.append("numba.cuda")
+    code = (f"import sys, gpucurate; gpucurate.run([{str(src)!r}], {str(tmp_path / 'o')!r}, overrides="
+            f"['run.progress=false', 'semantic.enabled=false']); print([m for m in {heavy!r} if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
 def test_same_annotations_whatever_the_split_and_workers(tmp_path, demo_frame):
     recs = _records(demo_frame)
     one = write_jsonl(tmp_path / "one.jsonl", recs)

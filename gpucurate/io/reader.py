@@ -57,6 +57,8 @@ ROW_BITS = 40
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
+#: plain JSON Lines files smaller than this are not split to keep the executor's threads busy
+MIN_SPLIT_BYTES = 4 << 20
 #: small files are grouped into partitions of about ``input.partition_bytes``; a compressed file counts as
 #: this many times its size on disk (a guess at the text it holds)
 COMPRESSED_EXPANSION = 4
@@ -292,6 +294,15 @@ def _plan_jsonl_plain(fs, path, size, target) -> list[tuple[int, int, int, int]]
     return ranges
 
 
+def _even_piece(size: int, target: int, parallelism: int) -> int:
+    """Bytes per piece that cut ``size`` into equal pieces of at most ``target``, as many as a multiple of
+    ``parallelism`` (files under ``MIN_SPLIT_BYTES`` stay whole: their start-up costs more than a split saves)."""
+    pieces = -(-size // target)
+    if size >= MIN_SPLIT_BYTES and pieces % parallelism:
+        pieces += parallelism - pieces % parallelism
+    return max(1, -(-size // pieces))
+
+
 def _stamp(fs, path) -> tuple:
     """``(size, modification time)`` of a file (ns for local files; what the store reports otherwise)."""
     if "://" not in path and isinstance(fs, fsspec.implementations.local.LocalFileSystem):
@@ -360,12 +371,15 @@ def _plan_parquet(meta, cfg: InputConfig, first_index: int, common: dict) -> lis
     return specs
 
 
-def plan_partitions(inputs: list[str], cfg: InputConfig, report: dict, reserved=()) -> list[PartitionSpec]:
+def plan_partitions(inputs: list[str], cfg: InputConfig, report: dict, reserved=(),
+                    parallelism: int = 1) -> list[PartitionSpec]:
     """Expand inputs and cut them into partitions. ``report`` collects ``skipped``, ``empty_files`` and
     ``ignored_files`` (hidden, ``_``-prefixed and non-data files under input directories).
 
     Large files are cut into partitions of about ``input.partition_bytes``; runs of whole small files of
-    one format are grouped into partitions of about that size (one task and one output part each)."""
+    one format are grouped into partitions of about that size (one task and one output part each).
+    A plain JSON Lines file is cut into equal pieces whose number is a multiple of ``parallelism`` (the
+    executor's threads): three pieces on two threads would take two rounds of the largest."""
     skipped = report.setdefault("skipped", [])
     empty = report.setdefault("empty_files", [])
     ignored = report.setdefault("ignored_files", [])
@@ -406,7 +420,8 @@ def plan_partitions(inputs: list[str], cfg: InputConfig, report: dict, reserved=
                 nbytes = sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
                 planned.append((specs, whole, nbytes, meta.num_rows))
             elif comp is None:
-                target = size + 1 if _is_json_name(path) and _starts_with_bracket(fs, fpath) else cfg.partition_bytes
+                target = size + 1 if _is_json_name(path) and _starts_with_bracket(fs, fpath) else \
+                    _even_piece(size, cfg.partition_bytes, parallelism)
                 ranges = _plan_jsonl_plain(fs, fpath, size, target)
                 specs = [PartitionSpec(0, byte_start=start, byte_end=end, first_line=line, **dict(common, digest=crc))
                          for start, end, line, crc in ranges]
@@ -1167,8 +1182,12 @@ def _concat_column(values: list):
     return pd.concat([pd.Series(v) for v in values], ignore_index=True).array
 
 
-def read_documents(specs: list[PartitionSpec], cfg: InputConfig, reserved=()):
-    """Dask DataFrame of the narrow partitions, one per spec, in input order."""
+def read_documents(specs: list[PartitionSpec], cfg: InputConfig, reserved=(), local: bool = False):
+    """The narrow partitions, one per spec, in input order: a Dask DataFrame, or with ``local`` (a run on
+    this process's threads) a ``partitions.Partitions``, which needs no ``dask.dataframe``."""
+    if local:
+        from ..partitions import Partitions
+        return Partitions.from_map(load_narrow, specs, NARROW_META, cfg=cfg, reserved=tuple(reserved))
     import dask.dataframe as dd
     return dd.from_map(load_narrow, specs, cfg=cfg, reserved=tuple(reserved), meta=NARROW_META,
                        enforce_metadata=False, label="read")

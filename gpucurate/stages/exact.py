@@ -14,6 +14,7 @@ from ..executor import Executor
 from ..table import DocTable, canonicals
 from ..text import arrow_buffers
 from ..kernels.hashing import padded_words
+from ..kernels.text import word_and_char_counts
 
 
 def text_hash_partition(df: pd.DataFrame, backend: Backend, index: int = 0):
@@ -22,12 +23,8 @@ def text_hash_partition(df: pd.DataFrame, backend: Backend, index: int = 0):
     if len(df) == 0:
         return np.empty(0, np.uint64), np.empty(0, bool), np.empty(0, np.int64), np.empty(0, np.int64)
     offsets, data = arrow_buffers(df["_text"].array._pa_array)
-    empty = np.diff(offsets) == 0
-    # normalized text: words are separated by single spaces
-    spaces = np.diff(np.concatenate(([0], np.cumsum(data == 32)))[offsets])
-    chars = np.diff(np.concatenate(([0], np.cumsum((data & 0xC0) != 0x80)))[offsets])
-    words = np.where(empty, 0, spaces + 1)
-    return backend.minhash.text_hashes(offsets, padded_words(data)), empty, words, chars
+    words, chars = word_and_char_counts(offsets, data)
+    return backend.minhash.text_hashes(offsets, padded_words(data)), np.diff(offsets) == 0, words, chars
 
 
 def resident_partition(df: pd.DataFrame, resident, index: int):
