@@ -115,7 +115,8 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
                 "fuzzy": result.fuzzy.threshold if result.fuzzy is not None else None,
                 "semantic": cfg.semantic.threshold if result.semantic is not None else None})
         wall = time.perf_counter() - start
-        summary = _summary(cfg, inputs, specs, report, result, timer, wall, backend.name, executor.description)
+        summary = _summary(cfg, inputs, specs, report, result, timer, wall, backend.name, executor.description,
+                           executor.workers)
         if backend.arrays is not None:
             summary["device"] = dict(backend.arrays.ledger.summary(), arrays=backend.arrays.kind,
                                      resident=executor.client is None)
@@ -288,7 +289,14 @@ def stage_counts(cfg: Config, result: DedupResult, files: int, partitions: int) 
     return stages
 
 
-def _summary(cfg, inputs, specs, report, result: DedupResult, timer, wall, backend, executor) -> dict:
+def step_throughput(times: dict, text_bytes: int, cores: int) -> dict:
+    """MB of input text per second and per core of each per-partition step (``summary.json``'s
+    ``mb_per_s_per_core``): the figure to compare across machines and corpus sizes."""
+    steps = ("read+normalize", "exact", "fuzzy", "semantic", "write")
+    return {s: round(text_bytes / 1e6 / times[s] / cores, 1) for s in steps if times.get(s)}
+
+
+def _summary(cfg, inputs, specs, report, result: DedupResult, timer, wall, backend, executor, cores) -> dict:
     table, fuzzy = result.table, result.fuzzy
     n = table.n
     keep = int(np.asarray(result.annotations.column("keep")).sum())
@@ -315,6 +323,8 @@ def _summary(cfg, inputs, specs, report, result: DedupResult, timer, wall, backe
         "jit_compiled": _jit_compiled(),
         "docs_per_s": round(n / wall, 1) if wall > 0 else None,
         "mb_per_s": round(text_bytes / 1e6 / wall, 2) if wall > 0 else None,
+        "cores": cores,
+        "mb_per_s_per_core": step_throughput(timer.times, text_bytes, cores),
         "config": cfg.to_dict(),
         "versions": _versions(),
     }

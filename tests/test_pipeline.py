@@ -41,6 +41,11 @@ def test_output_directory_contract(demo_run):
     assert summary["lsh"]["bands"] * summary["lsh"]["rows"] <= 128
     for key in ("timings_s", "docs_per_s", "versions", "config", "backend"):
         assert key in summary
+    # MB of text per second and core of each per-partition step, from the step's own time
+    text_mb, cores = summary["stages"]["input"]["text_bytes"] / 1e6, summary["cores"]
+    for step in ("read+normalize", "exact", "fuzzy", "write"):
+        rate = summary["mb_per_s_per_core"][step]
+        assert rate == pytest.approx(text_mb / summary["timings_s"][step] / cores, rel=0.02, abs=0.06)
 
 
 def test_invariants(demo_run):
