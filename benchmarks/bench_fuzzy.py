@@ -41,10 +41,10 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import enlarge, print_table, reuters_bodies, timed, write_json  # noqa: E402
-from e2e_peers import K, NUM_PERM, SEED, THRESHOLD, datasketch_pairs, python_shingles, rensa_pairs  # noqa: E402
+from e2e_peers import K, NUM_PERM, SEED, THRESHOLD, datasketch_pairs, pair_labels, python_shingles, rensa_pairs  # noqa: E402,E501
 
 import gpucurate  # noqa: E402
-from gpucurate.evaluate import cluster_metrics, connected_components, exact_similar_pairs  # noqa: E402
+from gpucurate.evaluate import cluster_metrics, exact_similar_pairs  # noqa: E402
 from gpucurate.kernels.hashing import permutations  # noqa: E402
 from gpucurate.kernels.minhash import WORD, signatures  # noqa: E402
 from gpucurate.text import arrow_buffers, normalize  # noqa: E402
@@ -118,18 +118,11 @@ def ground_truth(norm_texts: list[str]):
     return i, j
 
 
-def union_labels(n, pairs) -> np.ndarray:
-    if not pairs:
-        return np.arange(n)
-    i, j = np.array(pairs, dtype=np.int64).T
-    return connected_components(n, i, j)
-
-
 def run_rensa(norm_texts, results, verify_sets: bool):
     key = "rensa+verify" if verify_sets else "rensa"
     with timed(results, key):
         pairs, sig_seconds = rensa_pairs(norm_texts, verify_sets)
-        labels = union_labels(len(norm_texts), pairs)
+        labels = pair_labels(len(norm_texts), pairs)
     results[key]["signature_seconds"] = round(sig_seconds, 3)
     results[key]["signature_docs_per_s"] = round(len(norm_texts) / sig_seconds, 1)
     return labels
@@ -138,7 +131,7 @@ def run_rensa(norm_texts, results, verify_sets: bool):
 def run_datasketch(norm_texts, results):
     with timed(results, "datasketch"):
         pairs, sig_seconds = datasketch_pairs(norm_texts)
-        labels = union_labels(len(norm_texts), pairs)
+        labels = pair_labels(len(norm_texts), pairs)
     results["datasketch"]["signature_seconds"] = round(sig_seconds, 3)
     results["datasketch"]["signature_docs_per_s"] = round(len(norm_texts) / sig_seconds, 1)
     return labels

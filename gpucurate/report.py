@@ -49,7 +49,7 @@ def _svg_histogram(counts: np.ndarray, edges: np.ndarray, xlabel: str, ylabel: s
             y = py(c)
             out.append(f'<rect x="{px(a):.1f}" y="{y:.1f}" width="{max(px(b) - px(a) - 0.5, 0.5):.1f}" '
                        f'height="{top + ph - y:.1f}" fill="#4c72b0"><title>{_fmt(a)}-{_fmt(b)}: {int(c):,}</title></rect>')
-    ticks = [e for e in edges[:: max(1, len(edges) // 6)]] + [edges[-1]]
+    ticks = list(edges[:: max(1, len(edges) // 6)]) + [edges[-1]]
     for v in ticks:
         out.append(f'<text x="{px(v):.1f}" y="{top + ph + 15}" text-anchor="middle">{_fmt(float(v))}</text>')
     for c in ([10 ** k for k in range(int(y_max) + 1)] if log else np.linspace(0, counts.max(), 5)):
