@@ -1,6 +1,6 @@
 """Boilerplate-aware near-duplicate detection on a templated archive with ground truth.
 
-The archive (``gpucurate.archive.generate_archive``): letters and offers in English and Russian from six
+The archive (``gpucurate.generators.archive.generate_archive``): letters and offers in English and Russian from six
 companies, each carrying its company's letterhead, a ~300-word legal footer and a signature; true
 near-copies change only names, amounts, dates and ids; every other document shares only the template.
 Reported against the labels, per run: pair precision/recall, false merges (predicted clusters holding
@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import print_table, write_json  # noqa: E402
 
 import gpucurate  # noqa: E402
-from gpucurate.archive import generate_archive  # noqa: E402
-from gpucurate.evaluate import cluster_metrics  # noqa: E402
+from gpucurate.generators.archive import generate_archive  # noqa: E402
+from gpucurate.review.evaluate import cluster_metrics  # noqa: E402
 
 
 def metrics(labels: np.ndarray, truth: np.ndarray) -> dict:

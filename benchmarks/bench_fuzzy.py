@@ -2,7 +2,7 @@
 
 Ground truth: every pair with exact Jaccard >= threshold (exact all-pairs join over gpucurate's word
 5-gram shingle sets), clusters = connected components. Every tool is scored against it with pair
-precision/recall and false/missed merges (``gpucurate.evaluate.cluster_metrics``).
+precision/recall and false/missed merges (``gpucurate.review.evaluate.cluster_metrics``).
 
 ``--mode inprocess`` (default): gpucurate (``gpucurate.run``) vs datasketch and rensa in this process,
 JIT warm. Everyone sees the same normalized texts (gpucurate's normalization) and the same shingles; the
@@ -44,10 +44,10 @@ from common import enlarge, print_table, reuters_bodies, timed, write_json  # no
 from e2e_peers import K, NUM_PERM, SEED, THRESHOLD, datasketch_pairs, pair_labels, python_shingles, rensa_pairs  # noqa: E402,E501
 
 import gpucurate  # noqa: E402
-from gpucurate.evaluate import cluster_metrics, exact_similar_pairs  # noqa: E402
+from gpucurate.review.evaluate import cluster_metrics, exact_similar_pairs  # noqa: E402
 from gpucurate.kernels.hashing import permutations  # noqa: E402
 from gpucurate.kernels.minhash import WORD, signatures  # noqa: E402
-from gpucurate.text import arrow_buffers, normalize  # noqa: E402
+from gpucurate.stages.normalize import arrow_buffers, normalize  # noqa: E402
 
 PEERS_SCRIPT = Path(__file__).resolve().parent / "e2e_peers.py"
 TIME = "/usr/bin/time"  # GNU time, for the children's peak RSS (see spawn)

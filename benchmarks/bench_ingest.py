@@ -28,10 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from common import REUTERS, print_table, write_json  # noqa: E402
 from pg_server import start_postgres  # noqa: E402
 
-from gpucurate.ingest import ingest  # noqa: E402
-from gpucurate.rag import RagSink, encoder_for  # noqa: E402
-from gpucurate.sinks.pgvector import PgvectorSink  # noqa: E402
-from gpucurate.state import State  # noqa: E402
+from gpucurate.workflows.ingest import ingest  # noqa: E402
+from gpucurate.rag.payload import RagSink, encoder_for  # noqa: E402
+from gpucurate.rag.sinks.pgvector import PgvectorSink  # noqa: E402
+from gpucurate.workflows.state import State  # noqa: E402
 
 
 def reuters_batches(folder: Path, n_batches: int) -> list[str]:
@@ -56,9 +56,9 @@ def reuters_batches(folder: Path, n_batches: int) -> list[str]:
 
 
 def archive_batches(folder: Path, n_batches: int, n_docs: int) -> list[str]:
-    """The templated business archive (gpucurate.archive: letters and offers sent to many clients with
+    """The templated business archive (gpucurate.generators.archive: letters and offers sent to many clients with
     names, sums and dates changed), in ``n_batches`` files; ``title`` is the letter's first line."""
-    from gpucurate.archive import generate_archive
+    from gpucurate.generators.archive import generate_archive
     df = generate_archive(n_docs, seed=11)
     df["title"] = [t.split("\n", 1)[0][:80] for t in df.text]
     files = []

@@ -25,11 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import print_table, reuters_bodies, write_json  # noqa: E402
 
 import gpucurate  # noqa: E402
-from gpucurate.calibrate import PRESETS, load_pairs  # noqa: E402
-from gpucurate.evaluate import cluster_metrics, exact_similar_pairs  # noqa: E402
+from gpucurate.review.calibrate import PRESETS, load_pairs  # noqa: E402
+from gpucurate.review.evaluate import cluster_metrics, exact_similar_pairs  # noqa: E402
 from gpucurate.kernels.hashing import permutations  # noqa: E402
 from gpucurate.kernels.minhash import WORD, signatures  # noqa: E402
-from gpucurate.text import arrow_buffers, normalize  # noqa: E402
+from gpucurate.stages.normalize import arrow_buffers, normalize  # noqa: E402
 from common import SHARED_DATA  # noqa: E402
 
 METHODS = [("minhash", {"fuzzy.threshold": 0.8}), ("minhash", {"fuzzy.threshold": 0.5}),

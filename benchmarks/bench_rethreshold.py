@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import REUTERS, print_table, write_json  # noqa: E402
 
 import gpucurate  # noqa: E402
-from gpucurate.regroup import rethreshold  # noqa: E402
+from gpucurate.workflows.rethreshold import rethreshold  # noqa: E402
 
 BASE = {"run.progress": False, "input.text_field": "body", "input.id_field": "newid"}
 

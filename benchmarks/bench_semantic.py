@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import SHARED_DATA, print_table, write_json  # noqa: E402
 
 import gpucurate  # noqa: E402
-from gpucurate.calibrate import PRESETS  # noqa: E402
-from gpucurate.calibrate import load_pairs as calibrate_pairs  # noqa: E402
-from gpucurate.encoder import Encoder, resolve_model_path  # noqa: E402
+from gpucurate.review.calibrate import PRESETS  # noqa: E402
+from gpucurate.review.calibrate import load_pairs as calibrate_pairs  # noqa: E402
+from gpucurate.stages.encoder import Encoder, resolve_model_path  # noqa: E402
 from gpucurate.kernels import semantic as sk  # noqa: E402
 
 

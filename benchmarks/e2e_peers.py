@@ -25,13 +25,13 @@ def read_texts(path: str) -> list[str]:
 def normalized(texts: list[str]) -> list[str]:
     """gpucurate's normalization, the input of every peer that shares gpucurate's shingles."""
     import pyarrow as pa
-    from gpucurate.text import normalize
+    from gpucurate.stages.normalize import normalize
     return normalize(pa.array(texts, type=pa.large_string())).to_pylist()
 
 
 def python_shingles(norm_texts: list[str]) -> list[list[str]]:
     """Word K-grams from ordinary Python code (``text.split(" ")``), the same sets gpucurate hashes."""
-    from gpucurate.text import reference_shingles
+    from gpucurate.stages.normalize import reference_shingles
     return [reference_shingles(t, "word", K) for t in norm_texts]
 
 
@@ -88,7 +88,7 @@ def gaoya_native(path: str):
 def gaoya_our_shingles(path: str):
     """gaoya's index fed gpucurate's normalized texts and shingles through a callable analyzer. gaoya's
     wrapper calls the analyzer in Python, single-threaded, once to insert and again to query."""
-    from gpucurate.text import reference_shingles
+    from gpucurate.stages.normalize import reference_shingles
     norm = normalized(read_texts(path))
     index = gaoya_index(lambda t: reference_shingles(t, "word", K))
     index.par_bulk_insert_docs(list(range(len(norm))), norm)

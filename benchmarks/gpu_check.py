@@ -5,7 +5,7 @@ Phases (``--phases a,b,c,d,e``; each runs in its own thread under its own deadli
 seconds; one that fails or runs out of time records its error and the next one still runs):
 
   (a) environment: versions (Python, NumPy, CuPy, numba, numba-cuda, PyTorch, CUDA driver and runtime),
-      ``numba.cuda.detect()``, the device (name, memory, SMs, compute capability), ``backend.probe_device``
+      ``numba.cuda.detect()``, the device (name, memory, SMs, compute capability), ``device.arrays.probe_device``
       (compile + launch a kernel), every kernel of ``kernels.cuda.KERNELS`` compiled once (JIT seconds),
       the PTX version and target used, and host <-> device bandwidth from pageable and pinned memory
       (256 MiB, CUDA events) plus device-to-device.
@@ -176,7 +176,7 @@ def synthetic_texts(n_docs: int, seed: int = 0, vocab_size: int = 50_000, min_wo
 
 
 def text_nbytes(arr: pa.Array) -> int:
-    from gpucurate.text import arrow_buffers
+    from gpucurate.stages.normalize import arrow_buffers
     offsets, _ = arrow_buffers(arr)
     return int(offsets[-1] - offsets[0])
 
@@ -226,7 +226,7 @@ class Context:
 
     def get_backend(self):
         if self.backend is None:
-            from gpucurate.backend import select
+            from gpucurate.engine.backend import select
             self.backend = select("gpu")
         return self.backend
 
@@ -372,7 +372,7 @@ def fuzzy_params(args) -> SimpleNamespace:
     """The run's MinHash settings (word ``--ngram``-shingles, seed 42, verify on) as glue params."""
     from gpucurate.kernels.hashing import permutations
     from gpucurate.kernels.minhash import WORD
-    from gpucurate.stages.fuzzy import optimal_bands_rows
+    from gpucurate.stages.sketches import optimal_bands_rows
     bands, rows = optimal_bands_rows(args.threshold, args.num_perm, 0.02, 0.98)
     a, b = permutations(args.num_perm, 42)
     return SimpleNamespace(mode=WORD, k=args.ngram, seed=np.uint64(42), bands=bands, rows=rows, keep_signatures=True,
@@ -577,7 +577,7 @@ def glue_parity(dev, arr: pa.Array, fz, threads: int) -> dict:
     from gpucurate.device import glue
     from gpucurate.kernels import minhash, pairs
     from gpucurate.kernels.hashing import padded_words
-    from gpucurate.text import arrow_buffers
+    from gpucurate.stages.normalize import arrow_buffers
     offsets, data = arrow_buffers(arr)
     n = len(offsets) - 1
     start = time.perf_counter()
@@ -617,7 +617,7 @@ def glue_parity(dev, arr: pa.Array, fz, threads: int) -> dict:
 def host_api_parity(backend, arr: pa.Array, fz) -> dict:
     """The GPU backend's host-array functions (``device.host_api``) against the CPU kernels."""
     from gpucurate.kernels import minhash
-    from gpucurate.text import arrow_buffers
+    from gpucurate.stages.normalize import arrow_buffers
     offsets, data = arrow_buffers(arr)
     g_sigs, g_off, _ = backend.minhash.signatures(offsets, data, fz.mode, fz.k, fz.seed, fz.perm_a, fz.perm_b)
     c_sigs, c_off, _ = minhash.signatures(offsets, data, fz.mode, fz.k, fz.seed, fz.perm_a, fz.perm_b)
@@ -712,7 +712,7 @@ def phase_kernels(ctx: Context, rec: dict) -> None:
     from gpucurate.device import glue
     from gpucurate.kernels import minhash, pairs
     from gpucurate.kernels.hashing import padded_words
-    from gpucurate.text import arrow_buffers
+    from gpucurate.stages.normalize import arrow_buffers
     a = ctx.args
     dev = ctx.dev
     fz = fuzzy_params(a)

@@ -2,30 +2,39 @@
 (canonical, aliases, audit trail) instead of deleting them.
 
 Main entry points: ``gpucurate.run(inputs, output, config, overrides)`` (the CLI's ``run``),
-``gpucurate.rethreshold(run_dir, overrides, output)`` and, for
+``gpucurate.rethreshold(run_dir, overrides, output)``,
+``gpucurate.ingest(inputs, state_dir, config, overrides, output, sink)`` and, for
 Dask DataFrames, ``read``, ``dedup``, ``exact_dedup``, ``fuzzy_dedup`` and ``semantic_dedup``.
 """
 
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: E402
 
 from .config import Config, load_config  # noqa: E402
 from .errors import ConfigError, GpucurateError, InputError  # noqa: E402
 
 
 def run(*args, **kwargs):
-    from .pipeline import run as _run
+    from .workflows.run import run as _run
     return _run(*args, **kwargs)
 
 
-run.__doc__ = "Deduplicate input files into an annotated output directory; see gpucurate.pipeline.run."
+run.__doc__ = "Deduplicate input files into an annotated output directory; see gpucurate.workflows.run.run."
 
 
 def rethreshold(*args, **kwargs):
-    from .regroup import rethreshold as _rethreshold
+    from .workflows.rethreshold import rethreshold as _rethreshold
     return _rethreshold(*args, **kwargs)
 
 
-rethreshold.__doc__ = "Apply new thresholds to a finished run from its stored edges; see gpucurate.regroup."
+rethreshold.__doc__ = "Apply new thresholds to a finished run from its stored edges; see gpucurate.workflows.rethreshold."
+
+
+def ingest(*args, **kwargs):
+    from .workflows.ingest import ingest as _ingest
+    return _ingest(*args, **kwargs)
+
+
+ingest.__doc__ = "Add a batch of documents to an incremental state; see gpucurate.workflows.ingest.ingest."
 
 
 def __getattr__(name):
@@ -35,5 +44,5 @@ def __getattr__(name):
     raise AttributeError(name)
 
 
-__all__ = ["run", "rethreshold", "read", "dedup", "exact_dedup", "fuzzy_dedup", "semantic_dedup", "Config",
+__all__ = ["run", "rethreshold", "ingest", "read", "dedup", "exact_dedup", "fuzzy_dedup", "semantic_dedup", "Config",
            "load_config", "GpucurateError", "ConfigError", "InputError", "__version__"]

@@ -6,7 +6,7 @@
 
 ``dedup`` (exact, fuzzy, semantic), ``exact_dedup``, ``fuzzy_dedup`` and ``semantic_dedup`` also take any
 Dask DataFrame with the configured text and id columns (``input.text_field``, ``input.id_field``); their
-result is that frame with the annotation columns added (``gpucurate.annotate.ANNOTATION_COLUMNS``). The global steps
+result is that frame with the annotation columns added (``gpucurate.config.ANNOTATION_COLUMNS``). The global steps
 (grouping, clustering) run when the function is called; attaching the columns is lazy.
 """
 
@@ -17,15 +17,15 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .annotate import partition_slices
-from .backend import select
+from .stages.annotate import partition_slices
+from .engine.backend import select
 from .config import Config, InputConfig, resolve_config
 from .errors import InputError
-from .executor import Executor
+from .engine.executor import Executor
 from .io.writer import PARAGRAPH_CUTS
 from .stages.paragraphs import apply_cuts
 from .io.reader import NARROW_META, ROW_BITS, id_columns, plan_partitions, read_documents, timestamps_of
-from .pipeline import Timer, deduplicate
+from .workflows.run import Timer, deduplicate
 
 
 def read(inputs, config: Config | str | None = None, overrides=None):

@@ -54,7 +54,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="gpucurate", description="Find and annotate exact and near-duplicate "
                      "documents in large text collections.")
-    from . import __version__
+    from ._version import __version__
     parser.add_argument("--version", action="version", version=f"gpucurate {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
 def run_calibrate(args) -> int:
     from rich.console import Console
     from rich.table import Table
-    from .calibrate import PRESETS, calibrate, load_pairs, parse_thresholds, write_outputs
+    from .review.calibrate import PRESETS, calibrate, load_pairs, parse_thresholds, write_outputs
     from .config import load_config
     cfg = load_config(args.config, args.overrides)
     text_a, text_b, label = PRESETS[args.preset] if args.preset else (args.text_a, args.text_b, args.label)
@@ -235,12 +235,12 @@ def print_summary(summary: dict, output: str) -> None:
 
 
 def run_ingest(args) -> int:
-    from .ingest import ingest, ingest_run
+    from .workflows.ingest import ingest, ingest_run
     if args.sink and not args.dsn:
         raise ConfigError("--sink pgvector needs --dsn postgresql://...")
     sink = None
     if args.sink == "pgvector":
-        from .rag import RagSink
+        from .rag.payload import RagSink
         sink = RagSink(args.dsn, args.schema)
     try:
         if args.from_run:
@@ -257,8 +257,8 @@ def run_ingest(args) -> int:
 
 def run_export(args) -> int:
     import tempfile
-    from .ingest import ingest_run
-    from .rag import RagSink
+    from .workflows.ingest import ingest_run
+    from .rag.payload import RagSink
     sink = RagSink(args.dsn, args.schema)
     try:
         if args.state:
@@ -275,11 +275,11 @@ def run_export(args) -> int:
 def run_search(args) -> int:
     import pandas as pd
     from .config import load_config
-    from .rag import encoder_for
-    from .sinks.pgvector import PgvectorSink
+    from .rag.payload import encoder_for
+    from .rag.sinks.pgvector import PgvectorSink
     cfg = load_config(args.config, args.overrides)
     if args.state:
-        from .state import State
+        from .workflows.state import State
         stored = State(args.state).config
         if stored is None:
             raise ConfigError(f"{args.state}: no committed ingest state")
@@ -385,25 +385,25 @@ def _main(args) -> int:
             return run_search(args)
         if args.command == "rethreshold":
             from .io.writer import read_run_json, require_complete
-            from .regroup import rethreshold
+            from .workflows.rethreshold import rethreshold
             before = read_run_json(require_complete(args.run, "rethreshold") / "summary.json")
             summary = rethreshold(args.run, args.overrides, args.output)
             print_rethreshold(before, summary, args.output or args.run)
             return 0
         if args.command == "report":
-            from .report import write_report
+            from .review.report import write_report
             log.info("wrote %s", write_report(args.run))
             return 0
         if args.command == "sample-pairs":
-            from .review import sample_pairs
+            from .review.samples import sample_pairs
             sample = sample_pairs(args.run, args.n, args.seed)
             sample.to_csv(args.out, index=False)
             log.info("wrote %d pairs to %s; fill in label (1 = same document, 0 = not), then run "
                      "python -m gpucurate calibrate --pairs %s --method ...", len(sample), args.out, args.out)
             return 0
-        from .pipeline import run
+        from .workflows.run import run
         if args.command == "demo":
-            from .demo import write_demo_corpus
+            from .generators.demo import write_demo_corpus
             # the demo owns DIR/input and DIR/result and rewrites both on every call
             out = Path(args.output)
             corpus_dir = out / "input"

@@ -10,7 +10,7 @@ import copy
 import dataclasses
 import typing
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Optional
 
 import yaml
@@ -200,6 +200,45 @@ class ContaminationConfig:
     strip_min_chars: int = 200
 
 
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    path: str
+    fields: tuple[str, ...]
+    id_field: str | None = None
+
+
+def parse_benchmarks(entries: list) -> list[Benchmark]:
+    """``contamination.benchmarks`` entries -> Benchmarks. An entry is a mapping ``{name, path, fields,
+    id_field}`` or the string ``name=path:field1,field2``."""
+    out = []
+    for k, entry in enumerate(entries):
+        where = f"contamination.benchmarks[{k}]"
+        if isinstance(entry, str):
+            if "=" not in entry or ":" not in entry.split("=", 1)[1]:
+                raise ConfigError(f"{where}: expected 'name=path:field1,field2', got {entry!r}")
+            name, rest = entry.split("=", 1)
+            path, fields = rest.rsplit(":", 1)
+            entry = {"name": name, "path": path, "fields": fields.split(",")}
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: expected a mapping with name, path and fields, got {entry!r}")
+        unknown = set(entry) - {"name", "path", "fields", "id_field"}
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))} (known: fields, id_field, "
+                              "name, path)")
+        fields = entry.get("fields")
+        if isinstance(fields, str):
+            fields = [fields]
+        if not entry.get("path") or not fields or not all(isinstance(f, str) and f for f in fields):
+            raise ConfigError(f"{where}: needs 'path' and a non-empty list of 'fields'")
+        name = entry.get("name") or PurePosixPath(str(entry["path"])).stem
+        out.append(Benchmark(str(name), str(entry["path"]), tuple(fields), entry.get("id_field")))
+    names = [b.name for b in out]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"contamination.benchmarks: names must be unique, got {names}")
+    return out
+
+
 @dataclass
 class ParagraphsConfig:
     """Paragraph-level dedup of the kept documents: spans repeated across documents are removed."""
@@ -339,7 +378,6 @@ class Config:
                               "strip_min_chars >= 0")
         if c.max_doc_frequency is not None and c.max_doc_frequency < 1:
             raise ConfigError(f"contamination.max_doc_frequency must be >= 1 or null, got {c.max_doc_frequency}")
-        from .stages.contamination import parse_benchmarks
         parse_benchmarks(c.benchmarks)
         for key in ("min_words", "max_words"):
             if getattr(self.quality, key) is not None and getattr(self.quality, key) < 0:

@@ -55,7 +55,7 @@ def _semantic_auto_off():
 
 @pytest.fixture(scope="session")
 def demo_frame():
-    from gpucurate.demo import generate_corpus
+    from gpucurate.generators.demo import generate_corpus
     return generate_corpus(n_docs=1500, seed=7)
 
 

@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import read_annotations, write_jsonl
-from gpucurate.archive import generate_archive
-from gpucurate.pipeline import run
-from gpucurate.text import reference_normalize, reference_shingles
+from gpucurate.generators.archive import generate_archive
+from gpucurate.workflows.run import run
+from gpucurate.stages.normalize import reference_normalize, reference_shingles
 
 Q = {"run.progress": False}
 

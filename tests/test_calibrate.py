@@ -6,11 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpucurate.calibrate import load_pairs, parse_thresholds, similarities, sweep
+from gpucurate.review.calibrate import load_pairs, parse_thresholds, similarities, sweep
 from gpucurate.cli import main
 from gpucurate.config import Config
 from gpucurate.errors import InputError
-from gpucurate.text import reference_normalize, reference_shingles
+from gpucurate.stages.normalize import reference_normalize, reference_shingles
 
 BASE = "the board approved the plan for the new factory in the north of the country"
 PAIRS = [(BASE, BASE + " next year", 1), (BASE, BASE.replace("north", "south"), 1),
@@ -96,7 +96,7 @@ def test_cosine_calibration():
 
 def test_sample_pairs_then_calibrate(tmp_path, demo_frame, capsys):
     from conftest import write_jsonl
-    from gpucurate.pipeline import run
+    from gpucurate.workflows.run import run
     src = write_jsonl(tmp_path / "d.jsonl", demo_frame.head(600).to_dict(orient="records"))
     run([str(src)], tmp_path / "run", overrides={"run.progress": False, "fuzzy.threshold": 0.8})
     assert main(["sample-pairs", "--run", str(tmp_path / "run"), "-n", "40", "--out", str(tmp_path / "r.csv"),
@@ -128,7 +128,7 @@ def test_calibrate_refuses_without_both_labels(tmp_path, capsys, body, needle):
     err = capsys.readouterr().err
     assert code == 1 and needle in err and "pairs.csv" in err and "best F1" not in err
     assert not (tmp_path / "cal" / "calibration.json").exists()
-    from gpucurate.calibrate import calibrate
+    from gpucurate.review.calibrate import calibrate
     frame = pd.DataFrame({"a": ["x"] * (len(body.splitlines())), "b": ["y"] * len(body.splitlines()),
                           "label": [int(r.split(",")[2]) for r in body.splitlines()]}, dtype=object)
     with pytest.raises(InputError, match=needle):

@@ -89,7 +89,7 @@ def corpus(tmp_path_factory, demo_frame):
     for n in range(6):
         write_jsonl(tmp / f"part-{n}.jsonl", recs[n * 250:(n + 1) * 250])
     local = tmp / "local"
-    from gpucurate.pipeline import run
+    from gpucurate.workflows.run import run
     run([str(tmp / "part-*.jsonl")], local, overrides={"run.progress": False, "semantic.enabled": False,
                                                          "input.partition_bytes": 30000})
     return tmp, read_annotations(local)

@@ -6,7 +6,7 @@ import yaml
 
 from gpucurate.config import Config, load_config, parse_override, resolve_config
 from gpucurate.errors import ConfigError
-from gpucurate.stages.fuzzy import optimal_bands_rows
+from gpucurate.stages.sketches import optimal_bands_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -18,8 +18,8 @@ from conftest import read_annotations, write_jsonl
 from gpucurate.kernels import gates, minhash, pairs
 from gpucurate.kernels.hashing import padded_words, permutations
 from gpucurate.stages.contamination import MATCH_NORMALIZE
-from gpucurate.table import canonicals as cpu_canonicals
-from gpucurate.text import arrow_buffers, normalize
+from gpucurate.stages.table import canonicals as cpu_canonicals
+from gpucurate.stages.normalize import arrow_buffers, normalize
 
 pytest.importorskip("numba.cuda")
 
@@ -201,7 +201,7 @@ def _normalized_bytes(texts):
 
 
 def _run_both(tmp_path, src, over):
-    from gpucurate.pipeline import run
+    from gpucurate.workflows.run import run
     over = {"run.progress": False, "semantic.enabled": False, "run.workers": 1, "fuzzy.num_perm": 16,
             "fuzzy.threshold": 0.5, **over}
     cpu = run([str(src)], tmp_path / "cpu", overrides={**over, "run.backend": "cpu"})
@@ -259,7 +259,7 @@ def test_gpu_run_with_gates_and_host_paths(tmp_path):
 
 def test_backend_probe_failure(monkeypatch):
     """``gpu`` fails with the probe's reason (exit 2); ``auto`` never picks the simulator."""
-    from gpucurate import backend
+    from gpucurate.engine import backend
     from gpucurate.errors import ConfigError
     from gpucurate.kernels import cuda
     assert backend.select("auto").name == "cpu"

@@ -1,4 +1,4 @@
-"""Tests for the built-in synthetic demo corpus (gpucurate.demo)."""
+"""Tests for the built-in synthetic demo corpus (gpucurate.generators.demo)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpucurate.demo import COLUMNS, KIND_FRACTIONS, generate_corpus, write_demo_corpus
+from gpucurate.generators.demo import COLUMNS, KIND_FRACTIONS, generate_corpus, write_demo_corpus
 
 CYRILLIC = re.compile(r"[\u0400-\u04FF]")
 HANGUL = re.compile(r"[\uAC00-\uD7A3]")

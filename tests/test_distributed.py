@@ -101,7 +101,7 @@ def test_components_on_dask_equal_the_union_find():
     each label is the smallest row of its component."""
     import dask.dataframe as dd
     import numpy as np
-    from gpucurate.executor import Executor
+    from gpucurate.engine.executor import Executor
     from gpucurate.kernels.pairs import components
     from gpucurate.stages.components import dask_components
     rng = np.random.default_rng(3)

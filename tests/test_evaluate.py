@@ -1,4 +1,4 @@
-"""Tests of gpucurate.evaluate: the exact join must equal brute force; metrics are hand-checked."""
+"""Tests of gpucurate.review.evaluate: the exact join must equal brute force; metrics are hand-checked."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from gpucurate.evaluate import (
+from gpucurate.review.evaluate import (
     brute_force_pairs,
     cluster_metrics,
     connected_components,
@@ -147,7 +147,7 @@ def test_output_sorted_unique_and_threads_agree():
 
 def test_wide_key_path_matches(monkeypatch):
     # inputs over 2**31 shingles use int64 keys and per-row sorts; force that path on a small input
-    import gpucurate.evaluate as ev
+    import gpucurate.review.evaluate as ev
 
     rng = np.random.default_rng(9)
     offsets, values = to_csr(random_sets(rng, 400, vocab=300, max_len=40, copy_prob=0.5))

@@ -13,9 +13,9 @@ from gpucurate.config import load_config
 from gpucurate.errors import ConfigError
 from gpucurate.kernels import gates
 from gpucurate.kernels.hashing import padded_words
-from gpucurate.pipeline import run
+from gpucurate.workflows.run import run
 from gpucurate.stages.contamination import MATCH_NORMALIZE, parse_benchmarks, strip_spans
-from gpucurate.text import arrow_buffers, normalize
+from gpucurate.stages.normalize import arrow_buffers, normalize
 
 Q = {"run.progress": False}
 

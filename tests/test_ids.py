@@ -169,7 +169,7 @@ def test_integer_and_string_with_the_same_text_are_the_same_id(tmp_path, capsys)
 def test_parquet_clash_fails_at_planning(tmp_path, capsys, monkeypatch):
     pq.write_table(pa.table({"id": [1, 2], "text": ["a", "b"], "similarity": [0.1, 0.2], "keep": [True, False]}),
                    tmp_path / "f.parquet")
-    import gpucurate.pipeline as pipeline
+    import gpucurate.workflows.run as pipeline
 
     def no_work(*args, **kwargs):
         raise AssertionError("the run read the input before failing")
@@ -182,7 +182,7 @@ def test_jsonl_clash_fails_in_the_read_pass(tmp_path, capsys, monkeypatch):
     records = [{"id": i, "text": f"text {i}"} for i in range(40)]
     records[35]["weight"] = 3  # only a late record of a later partition has it
     path = jsonl(tmp_path / "f.jsonl", records)
-    import gpucurate.pipeline as pipeline
+    import gpucurate.workflows.run as pipeline
     monkeypatch.setattr(pipeline.ExactDedup, "run", lambda *a, **k: (_ for _ in ()).throw(AssertionError("too late")))
     code, err = cli(capsys, [path], tmp_path / "o", "--set", "input.partition_bytes=4096")
     assert code == 2 and len(err) == 1 and "f.jsonl" in err[0] and "weight" in err[0], err
@@ -219,7 +219,7 @@ def one_dataset_prefixed(out) -> pa.Table:
 def test_annotation_prefix_readers_report_rethreshold_sample_pairs(tmp_path, capsys):
     s, _ = _clashing_run(tmp_path)
     before = ds.dataset(tmp_path / "o" / "annotations").to_table()
-    from gpucurate.regroup import rethreshold
+    from gpucurate.workflows.rethreshold import rethreshold
     r = rethreshold(tmp_path / "o", ["fuzzy.threshold=0.99"], tmp_path / "r")
     after = ds.dataset(tmp_path / "r" / "annotations").to_table()
     assert r["documents_kept"] > s["documents_kept"] and r["documents_kept"] == sum(after.column("gc_keep").to_pylist())

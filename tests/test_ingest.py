@@ -13,9 +13,9 @@ import pytest
 from conftest import read_annotations, write_jsonl
 from gpucurate.cli import main
 from gpucurate.errors import ConfigError
-from gpucurate.ingest import REGISTRY_COLUMNS, ingest
-from gpucurate.pipeline import run
-from gpucurate.state import MANIFEST, State, StateLock
+from gpucurate.workflows.ingest import REGISTRY_COLUMNS, ingest
+from gpucurate.workflows.run import run
+from gpucurate.workflows.state import MANIFEST, State, StateLock
 
 Q = {"run.progress": False, "semantic.enabled": False}
 COMPARED = [c for c in REGISTRY_COLUMNS if c != "doc_id"]

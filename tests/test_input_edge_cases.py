@@ -180,7 +180,7 @@ def test_a_file_edited_after_planning_is_an_error(tmp_path, kind, keep_mtime):
 
 
 def test_a_file_edited_between_the_read_and_the_write_pass_stops_the_run(tmp_path, monkeypatch):
-    import gpucurate.pipeline as pipeline
+    import gpucurate.workflows.run as pipeline
     path = tmp_path / "f.jsonl"
     path.write_bytes(_lines(40))
     original = pipeline.annotate

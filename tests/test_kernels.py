@@ -9,7 +9,7 @@ from gpucurate.kernels import minhash, pairs
 from gpucurate.kernels.hashing import (band_seed, hash_bytes, padded_words, permutations, reference_band_keys,
                                        reference_hash_bytes, reference_minhash)
 from gpucurate.kernels.text import collapse_whitespace, nonblank_lines, word_and_char_counts
-from gpucurate.text import (arrow_buffers, from_buffers, normalize, reference_normalize,
+from gpucurate.stages.normalize import (arrow_buffers, from_buffers, normalize, reference_normalize,
                             reference_shingle_hashes, reference_shingles)
 
 
@@ -117,7 +117,7 @@ def test_normalize_mixes_ascii_and_unicode_texts_in_order(nfkc, lowercase):
     in input order and equals the Python specification whatever the mix."""
     import unicodedata
     from gpucurate.config import NormalizeConfig
-    from gpucurate.text import reference_lower
+    from gpucurate.stages.normalize import reference_lower
     rng = np.random.default_rng(3)
     alphabet = list("aZ Q\tx\n") + ["é", "Ⅻ", "ﬁ", "Σ", "ς", "\u00a0", "\u3000", "Ａ"]
     texts = ["".join(rng.choice(alphabet if rng.random() < 0.4 else alphabet[:7], int(rng.integers(0, 12))))

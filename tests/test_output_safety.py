@@ -144,8 +144,8 @@ def test_failed_overwrite_keeps_the_previous_output(tmp_path, inputs, capsys, mo
     elif failure == "missing input":
         src, needle = tmp_path / "nope.jsonl", "nope.jsonl"
     else:
-        import gpucurate.pipeline
-        monkeypatch.setattr(gpucurate.pipeline, "write_partition", _disk_full)
+        import gpucurate.workflows.run
+        monkeypatch.setattr(gpucurate.workflows.run, "write_partition", _disk_full)
         needle = "No space left on device"
     code, err = cli(capsys, *run_args(src, out, "--set", "output.overwrite=true"))
     assert_one_line_error(code, err, 1, needle)
@@ -204,7 +204,7 @@ def test_sigterm_is_an_interrupt(tmp_path, inputs, capsys):
     before = snapshot(out)
     writing = tmp_path / "writing"
     patch = (  # the partition writes (in the Dask threads) are slow
-        "import time, pathlib, gpucurate.pipeline as p\n"
+        "import time, pathlib, gpucurate.workflows.run as p\n"
         "write = p.write_partition\n"
         "def slow(*a, **k):\n"
         f"    pathlib.Path({str(writing)!r}).touch()\n"
@@ -302,7 +302,7 @@ def test_demo_negative_docs(tmp_path, capsys):
     code, err = cli(capsys, "demo", "--docs", "-5", "--output", str(tmp_path / "demo"))
     assert_one_line_error(code, err, 2, "--docs", "-5")
     assert not (tmp_path / "demo").exists()
-    from gpucurate.demo import write_demo_corpus
+    from gpucurate.generators.demo import write_demo_corpus
     with pytest.raises(ValueError):  # the API still raises a ValueError (an ArgumentError, exit 2 in the CLI)
         write_demo_corpus(tmp_path / "d", n_docs=-5)
     assert not (tmp_path / "d").exists()

@@ -6,8 +6,8 @@ import pytest
 
 from conftest import read_annotations, write_jsonl
 from gpucurate.kernels.gates import paragraph_spans
-from gpucurate.pipeline import run
-from gpucurate.text import arrow_buffers
+from gpucurate.workflows.run import run
+from gpucurate.stages.normalize import arrow_buffers
 
 Q = {"run.progress": False, "paragraphs.enabled": True}
 

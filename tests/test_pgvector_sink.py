@@ -22,7 +22,7 @@ def schema(request):
 
 @pytest.fixture
 def sink(pg_dsn, schema):
-    from gpucurate.sinks import PgvectorSink
+    from gpucurate.rag.sinks import PgvectorSink
     s = PgvectorSink(pg_dsn, dim=4, schema=schema)
     yield s
     s.close()
@@ -81,7 +81,7 @@ def test_server_is_local_tcp_non_root_with_pgvector(db):
 # schema
 
 def test_ensure_schema_idempotent_with_hnsw_indexes(sink, db, schema, pg_dsn):
-    from gpucurate.sinks.pgvector import PgvectorSink
+    from gpucurate.rag.sinks.pgvector import PgvectorSink
     sink.ensure_schema(4)
     sink.ensure_schema(4)
     tables = {r[0] for r in db.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s", [schema])}
@@ -101,7 +101,7 @@ def test_ensure_schema_idempotent_with_hnsw_indexes(sink, db, schema, pg_dsn):
 
 def test_dim_mismatch_is_a_clear_error(sink, schema, pg_dsn):
     from gpucurate.errors import GpucurateError, SinkError
-    from gpucurate.sinks.pgvector import PgvectorSink
+    from gpucurate.rag.sinks.pgvector import PgvectorSink
     sink.ensure_schema(4)
     other = PgvectorSink(pg_dsn, schema=schema)
     with pytest.raises(SinkError, match=rf"{schema}\.documents holds 4-dimensional embeddings, not 8"):
@@ -274,7 +274,7 @@ def test_backend_killed_mid_write_leaves_tables_unchanged(sink, db, schema, monk
 
 
 def test_bulk_batch_rebuilds_hnsw_and_reruns_are_cheap(pg_dsn, db, schema):
-    from gpucurate.sinks.pgvector import PgvectorSink
+    from gpucurate.rag.sinks.pgvector import PgvectorSink
     rng = np.random.default_rng(2)
     n, d = 1500, 16
     emb = rng.standard_normal((n, d)).astype(np.float32)
@@ -399,7 +399,7 @@ def test_upsert_and_search_chunks(sink, db, schema):
 def test_connection_failure_names_host_and_db_not_password(pg_dsn):
     import socket
     from gpucurate.errors import SinkError
-    from gpucurate.sinks.pgvector import PgvectorSink
+    from gpucurate.rag.sinks.pgvector import PgvectorSink
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # nothing listens there once closed
@@ -417,7 +417,7 @@ def test_connection_failure_names_host_and_db_not_password(pg_dsn):
 def test_missing_vector_extension_is_a_sink_error(pg_dsn, db):
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
     from gpucurate.errors import SinkError
-    from gpucurate.sinks.pgvector import PgvectorSink
+    from gpucurate.rag.sinks.pgvector import PgvectorSink
     # a database without the extension, and a role that may not create it (pgvector is not a trusted extension)
     db.execute("DROP DATABASE IF EXISTS novector")
     db.execute("DROP ROLE IF EXISTS plainuser")

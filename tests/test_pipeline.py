@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import gpucurate
-from gpucurate.evaluate import exact_similar_pairs
-from gpucurate.text import reference_normalize, reference_shingle_hashes
+from gpucurate.review.evaluate import exact_similar_pairs
+from gpucurate.stages.normalize import reference_normalize, reference_shingle_hashes
 
 from conftest import ANNOTATION_COLUMNS, read_annotations, write_jsonl
 
@@ -106,7 +106,7 @@ def test_clusters_match_brute_force_on_demo(demo_run):
     offsets[1:] = np.cumsum([len(s) for s in sets])
     values = np.array([v for s in sets for v in s], dtype=np.uint64)
     i, j, _ = exact_similar_pairs(offsets, values, 0.8)
-    from gpucurate.evaluate import cluster_metrics
+    from gpucurate.review.evaluate import cluster_metrics
     true_i = np.concatenate([i, np.flatnonzero(np.array(reps) != np.arange(len(reps)))])
     true_j = np.concatenate([j, np.array(reps)[np.array(reps) != np.arange(len(reps))]])
     labels = pd.factorize(ann["dedup_id"])[0]
@@ -149,7 +149,7 @@ def test_a_local_run_imports_no_cluster_plotting_or_gpu_library(tmp_path, demo_f
     import sys
     src = write_jsonl(tmp_path / "d.jsonl", _records(demo_frame)[:50])
     heavy = ["dask.dataframe", "distributed", "matplotlib", "torch", "sklearn", "transformers", "cupy"]
-    from gpucurate.backend import _driver_library
+    from gpucurate.engine.backend import _driver_library
     if not _driver_library():
         heavy.append("numba.cuda")
     code = (f"import sys, gpucurate; gpucurate.run([{str(src)!r}], {str(tmp_path / 'o')!r}, overrides="

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 
 from conftest import write_jsonl
-from gpucurate.archive import generate_archive
-from gpucurate.chunks import Chunker, chunk_documents, paragraphs
+from gpucurate.generators.archive import generate_archive
+from gpucurate.rag.chunks import Chunker, chunk_documents, paragraphs
 from gpucurate.config import ChunksConfig, NormalizeConfig
-from gpucurate.backend import select
+from gpucurate.engine.backend import select
 
 ARCHIVE = {"run.progress": False, "semantic.enabled": False, "fuzzy.threshold": 0.3, "fuzzy.boilerplate": True,
            "fuzzy.boilerplate_max_df": 20}
@@ -56,9 +56,9 @@ def _counts(db, schema):
 
 @pytest.mark.semantic
 def test_ingest_into_pgvector(tmp_path, pg_dsn, db, archive_batches):
-    from gpucurate.ingest import ingest
-    from gpucurate.rag import RagSink
-    from gpucurate.state import State
+    from gpucurate.workflows.ingest import ingest
+    from gpucurate.rag.payload import RagSink
+    from gpucurate.workflows.state import State
     arch, batches = archive_batches
     schema = "rag_ingest"
     summaries = []
@@ -103,9 +103,9 @@ def test_ingest_into_pgvector(tmp_path, pg_dsn, db, archive_batches):
     top = db.execute(f"SELECT doc_id, cluster_size FROM {schema}.documents ORDER BY cluster_size DESC, doc_id "
                      "LIMIT 1").fetchone()
     text = arch.set_index("id").loc[top[0], "text"]
-    from gpucurate.rag import encoder_for
+    from gpucurate.rag.payload import encoder_for
     from gpucurate.config import Config
-    from gpucurate.sinks.pgvector import PgvectorSink
+    from gpucurate.rag.sinks.pgvector import PgvectorSink
     q = encoder_for(Config(), "cpu").encode([text])[0]
     with PgvectorSink(pg_dsn, schema=schema) as pg:
         hits = pg.search(q, k=20)
@@ -118,8 +118,8 @@ def test_ingest_into_pgvector(tmp_path, pg_dsn, db, archive_batches):
 def test_crash_between_sink_and_commit_is_repaired_by_rerun(tmp_path, pg_dsn, db, archive_batches):
     """The sink commits first; a crash before the state commits is repaired by running the batch again:
     the upserts rewrite the same rows and the state catches up."""
-    from gpucurate.ingest import ingest
-    from gpucurate.rag import RagSink
+    from gpucurate.workflows.ingest import ingest
+    from gpucurate.rag.payload import RagSink
     _, batches = archive_batches
     clean, crashed = "rag_clean", "rag_crash"
     for b in batches:
@@ -147,7 +147,7 @@ def test_crash_between_sink_and_commit_is_repaired_by_rerun(tmp_path, pg_dsn, db
 @pytest.mark.semantic
 def test_export_a_run_and_search_from_the_cli(tmp_path, pg_dsn, db, archive_batches, capsys):
     from gpucurate.cli import main
-    from gpucurate.pipeline import run
+    from gpucurate.workflows.run import run
     from conftest import read_annotations
     arch, batches = archive_batches
     run(batches, tmp_path / "run", overrides=ARCHIVE)

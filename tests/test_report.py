@@ -8,7 +8,7 @@ import pytest
 
 from conftest import write_jsonl
 from gpucurate.cli import main
-from gpucurate.pipeline import run
+from gpucurate.workflows.run import run
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import read_annotations, write_jsonl
-from gpucurate.archive import generate_archive
+from gpucurate.generators.archive import generate_archive
 from gpucurate.cli import main
-from gpucurate.pipeline import run
-from gpucurate.regroup import DEDUP_COLUMNS, rethreshold
+from gpucurate.workflows.run import run
+from gpucurate.workflows.rethreshold import DEDUP_COLUMNS, rethreshold
 
 Q = {"run.progress": False, "input.timestamp_field": "timestamp"}
 

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 import gpucurate
-from gpucurate.evaluate import cluster_metrics, exact_similar_pairs
-from gpucurate.text import reference_normalize, reference_shingle_hashes
+from gpucurate.review.evaluate import cluster_metrics, exact_similar_pairs
+from gpucurate.stages.normalize import reference_normalize, reference_shingle_hashes
 
 from conftest import SHARED_DATA, read_annotations
 

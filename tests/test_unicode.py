@@ -13,7 +13,7 @@ from gpucurate.config import NormalizeConfig
 from gpucurate.kernels.hashing import padded_words
 from gpucurate.kernels.minhash import text_hashes
 from gpucurate.stages.contamination import MATCH_NORMALIZE, strip_spans
-from gpucurate.text import arrow_buffers, normalize, reference_lower, reference_normalize
+from gpucurate.stages.normalize import arrow_buffers, normalize, reference_lower, reference_normalize
 
 from conftest import read_annotations, write_jsonl
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..kernels import cuda as kernels
+from . import simulated
 
 
 @dataclass
@@ -162,9 +163,6 @@ def process_arrays(kind: str) -> DeviceArrays:
     """This process's ``DeviceArrays`` of ``kind`` (made once; on a worker, its own device's)."""
     if kind not in _PROCESS_ARRAYS:
         _PROCESS_ARRAYS[kind] = cupy_arrays() if kind == "cupy" else simulated_arrays(strict=kind == "strict")
-        from . import host_api
-        if host_api._BOUND is None:
-            host_api.bind(_PROCESS_ARRAYS[kind])
     return _PROCESS_ARRAYS[kind]
 
 
@@ -181,3 +179,34 @@ def cupy_arrays() -> DeviceArrays:
     """CuPy through ``array_api_compat`` (the standard's names on every CuPy 13+; the arrays are CuPy's)."""
     import array_api_compat.cupy
     return DeviceArrays(array_api_compat.cupy, "cupy")
+
+
+def probe_device():
+    """``DeviceArrays`` of the first GPU after compiling and launching a tiny kernel there; raises
+    ``RuntimeError`` with the reason when that fails (no CuPy, no device, no libNVVM, a driver older than
+    the PTX)."""
+    if simulated():  # tests: NumPy, or the strict array-API namespace, in numba's CUDA simulator
+        import os
+        dev = simulated_arrays(strict=os.environ.get("GPUCURATE_SIM_XP") == "strict")
+    else:
+        try:
+            import cupy
+            if cupy.cuda.runtime.getDeviceCount() < 1:
+                raise RuntimeError("CuPy sees no CUDA device")
+            dev = cupy_arrays()
+        except ImportError as exc:
+            raise RuntimeError(f"CuPy is not installed ({exc}); pip install -e '.[gpu]'") from None
+        except Exception as exc:
+            raise RuntimeError(f"no usable CUDA device: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") \
+                from None
+    try:
+        out = dev.empty(64, dev.xp.int64)
+        dev.launch("probe", 64, out)
+        got = dev.to_host(out)
+    except Exception as exc:  # numba's NvvmError, CudaAPIError (PTX newer than the driver), ...
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RuntimeError(f"compiling or launching a CUDA kernel failed: {type(exc).__name__}: {first}") from None
+    if not np.array_equal(got, np.arange(64) * 3 + 1):
+        raise RuntimeError("the probe kernel ran but returned wrong values")
+    dev.ledger.__init__()  # the probe's copies are not the run's
+    return dev

@@ -19,7 +19,7 @@ from ..kernels import pairs as cpu_pairs
 from ..kernels.gates import NGRAM_SEED
 from ..kernels.hashing import U64
 from ..kernels.minhash import WORD
-from . import glue
+from . import arrays, glue
 from .arrays import DeviceArrays
 
 _BOUND: DeviceArrays | None = None
@@ -37,9 +37,8 @@ class _Device:
 
     def __getattr__(self, name):
         global _BOUND
-        if _BOUND is None:
-            from ..backend import probe_device
-            _BOUND = probe_device()
+        if _BOUND is None:  # the arrays a task unpickled on this worker (``process_arrays``), else its own device
+            _BOUND = next(iter(arrays._PROCESS_ARRAYS.values()), None) or arrays.probe_device()
         return getattr(_BOUND, name)
 
 

@@ -38,7 +38,7 @@ class ResidentCorpus:
     Parameters
     ----------
     dev : the backend's ``DeviceArrays``.
-    params : ``stages.fuzzy.FuzzyParams`` of the run's MinHash stage, or None to hash only.
+    params : ``stages.sketches.FuzzyParams`` of the run's MinHash stage, or None to hash only.
     """
 
     def __init__(self, dev: DeviceArrays, params=None):

@@ -50,7 +50,7 @@ import pyarrow.parquet as pq
 
 from ..config import InputConfig
 from ..errors import ConfigError, InputError
-from ..failpoints import failpoint
+from ..engine.failpoints import failpoint
 from ..kernels.text import nonblank_lines
 
 ROW_BITS = 40
@@ -1186,7 +1186,7 @@ def read_documents(specs: list[PartitionSpec], cfg: InputConfig, reserved=(), lo
     """The narrow partitions, one per spec, in input order: a Dask DataFrame, or with ``local`` (a run on
     this process's threads) a ``partitions.Partitions``, which needs no ``dask.dataframe``."""
     if local:
-        from ..partitions import Partitions
+        from ..engine.partitions import Partitions
         return Partitions.from_map(load_narrow, specs, NARROW_META, cfg=cfg, reserved=tuple(reserved))
     import dask.dataframe as dd
     return dd.from_map(load_narrow, specs, cfg=cfg, reserved=tuple(reserved), meta=NARROW_META,

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from ..config import Config, annotation_names
 from ..errors import ConfigError, InputError, LockedError, OutputError
-from ..failpoints import failpoint
+from ..engine.failpoints import failpoint
 from .reader import PartitionSpec, check_annotation_clash, load_partition, order_keys, run_id_column
 
 ANNOTATIONS_DIR = "annotations"
@@ -88,7 +88,7 @@ def is_complete(path: str | os.PathLike) -> bool:
 def lock_output(path: str | os.PathLike, command: str):
     """The exclusive lock of the output directory ``path`` (``<parent>/.<name>.lock``), not yet taken:
     ``with lock_output(path, "report"):``. A held one raises LockedError (exit 4) naming the holder."""
-    from ..state import FileLock
+    from ..workflows.state import FileLock
     target = Path(os.path.realpath(path))
     return FileLock(target.parent / f".{target.name}.lock",
                     f"{path}: the output directory is being written by another gpucurate process ({{holder}}); "
@@ -305,7 +305,7 @@ class StagedOutput:
 
 
 def _version() -> str:
-    from .. import __version__
+    from .._version import __version__
     return __version__
 
 

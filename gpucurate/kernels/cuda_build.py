@@ -312,7 +312,7 @@ def unregistered_kernels(module=None) -> list[str]:
     """Names in ``module``'s namespace (default ``gpucurate.kernels.cuda``) bound to a CUDA kernel
     dispatcher that is not the dispatcher of any ``KERNELS`` entry (declared without ``@kernel``)."""
     if module is None:
-        from gpucurate.kernels import cuda as module
+        from . import cuda as module
     registered = {id(spec.dispatcher) for spec in module.KERNELS.values()}
     return sorted(name for name, obj in vars(module).items()
                   if _is_kernel_dispatcher(obj) and id(obj) not in registered)

@@ -1,7 +1,7 @@
 """CPU array kernels over Arrow string buffers (int64 offsets + UTF-8 bytes).
 
 No Python runs per document or per shingle: each function is one compiled loop over a partition.
-Shingles (the contract, mirrored by ``gpucurate.text.shingles``):
+Shingles (the contract, mirrored by ``gpucurate.stages.normalize.reference_shingles``):
 
 * word mode: the normalized text is split on single spaces (normalization collapses whitespace);
   a shingle is ``k`` consecutive words joined by one space; a text of 1..k-1 words is one shingle.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..threads import thread_map
+from ..engine.threads import thread_map
 from .hashing import EXACT_SEED, M2, U64, band_seed, fmix64, fold, hash_bytes, minhash_value, padded_words
 
 WORD, CHAR = 0, 1

@@ -18,7 +18,7 @@ import dask
 import numpy as np
 import pandas as pd
 
-from ..executor import Executor
+from ..engine.executor import Executor
 
 log = logging.getLogger("gpucurate")
 

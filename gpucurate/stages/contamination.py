@@ -28,56 +28,17 @@ import orjson
 import pandas as pd
 import pyarrow as pa
 
-from ..config import ContaminationConfig, NormalizeConfig
-from ..errors import ConfigError, InputError
-from ..executor import Executor
+from ..config import Benchmark, ContaminationConfig, NormalizeConfig, parse_benchmarks
+from ..errors import InputError
+from ..engine.executor import Executor
 from ..kernels.gates import ngram_hashes, ngram_matches
 from ..kernels.hashing import padded_words
-from ..text import arrow_buffers, normalize, reference_lower
+from .normalize import arrow_buffers, normalize, reference_lower
 
 #: normalization of items and documents for n-gram matching
 MATCH_NORMALIZE = NormalizeConfig(nfkc=True, lowercase=True, collapse_whitespace=True, strip_punctuation=True)
 #: characters of matched text kept per hit in the report
 REPORT_TEXT_CHARS = 1000
-
-
-@dataclass(frozen=True)
-class Benchmark:
-    name: str
-    path: str
-    fields: tuple[str, ...]
-    id_field: str | None = None
-
-
-def parse_benchmarks(entries: list) -> list[Benchmark]:
-    """``contamination.benchmarks`` entries -> Benchmarks. An entry is a mapping ``{name, path, fields,
-    id_field}`` or the string ``name=path:field1,field2``."""
-    out = []
-    for k, entry in enumerate(entries):
-        where = f"contamination.benchmarks[{k}]"
-        if isinstance(entry, str):
-            if "=" not in entry or ":" not in entry.split("=", 1)[1]:
-                raise ConfigError(f"{where}: expected 'name=path:field1,field2', got {entry!r}")
-            name, rest = entry.split("=", 1)
-            path, fields = rest.rsplit(":", 1)
-            entry = {"name": name, "path": path, "fields": fields.split(",")}
-        if not isinstance(entry, dict):
-            raise ConfigError(f"{where}: expected a mapping with name, path and fields, got {entry!r}")
-        unknown = set(entry) - {"name", "path", "fields", "id_field"}
-        if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))} (known: fields, id_field, "
-                              "name, path)")
-        fields = entry.get("fields")
-        if isinstance(fields, str):
-            fields = [fields]
-        if not entry.get("path") or not fields or not all(isinstance(f, str) and f for f in fields):
-            raise ConfigError(f"{where}: needs 'path' and a non-empty list of 'fields'")
-        name = entry.get("name") or PurePosixPath(str(entry["path"])).stem
-        out.append(Benchmark(str(name), str(entry["path"]), tuple(fields), entry.get("id_field")))
-    names = [b.name for b in out]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"contamination.benchmarks: names must be unique, got {names}")
-    return out
 
 
 def _benchmark_files(path: str) -> list[tuple[object, str]]:

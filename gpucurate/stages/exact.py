@@ -8,11 +8,11 @@ import dask
 import numpy as np
 import pandas as pd
 
-from ..backend import Backend
+from ..engine.backend import Backend
 from ..config import Config
-from ..executor import Executor
-from ..table import DocTable, canonicals
-from ..text import arrow_buffers
+from ..engine.executor import Executor
+from .table import DocTable, canonicals
+from .normalize import arrow_buffers
 from ..kernels.hashing import padded_words
 from ..kernels.text import word_and_char_counts
 

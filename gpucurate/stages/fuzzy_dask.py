@@ -21,9 +21,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ..executor import Executor
+from ..engine.executor import Executor
 from ..kernels.pairs import bucket_pairs, index_of, pack_pairs
-from .fuzzy import FuzzyParams, signature_partition
+from .sketches import FuzzyParams, signature_partition
 
 log = logging.getLogger("gpucurate")
 

@@ -24,11 +24,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..config import NormalizeConfig, ParagraphsConfig
-from ..executor import Executor
+from ..engine.executor import Executor
 from ..kernels.gates import paragraph_spans
 from ..kernels.hashing import padded_words
 from ..kernels.minhash import text_hashes
-from ..text import arrow_buffers, from_buffers, normalize
+from .normalize import arrow_buffers, from_buffers, normalize
 
 _BLANK_RUNS = re.compile(r"\n[ \t\r\f\v]*\n(?:[ \t\r\f\v]*\n)+")
 

@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 
 from ..config import QualityConfig
-from ..executor import Executor
+from ..engine.executor import Executor
 from ..kernels.gates import QUALITY_STATS, quality_stats
 from ..kernels.hashing import padded_words
-from ..text import arrow_buffers
+from .normalize import arrow_buffers
 
 #: (rule name, statistic, config key, comparison that fails)
 RULES = (

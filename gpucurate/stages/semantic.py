@@ -30,12 +30,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..backend import Backend
+from ..engine.backend import Backend
 from ..config import SemanticConfig
-from ..encoder import Encoder, encoder_available
+from .encoder import Encoder, encoder_available
 from ..errors import ConfigError
-from ..executor import Executor
-from ..table import DocTable
+from ..engine.executor import Executor
+from .table import DocTable
 
 log = logging.getLogger("gpucurate")
 
@@ -112,7 +112,7 @@ def load_embeddings(path: str | Path, model: dict) -> dict[int, np.ndarray]:
 def write_embeddings(result: SemanticResult, table: DocTable, hashes: np.ndarray, out_dir: Path,
                      compression: str) -> int:
     """``embeddings/part-NNNNN.parquet``: doc_id, text_hash (of the normalized text), embedding."""
-    from ..annotate import id_array
+    from .table import id_array
     folder = out_dir / "embeddings"
     folder.mkdir(parents=True, exist_ok=True)
     meta = {k: str(v) for k, v in result.model.items()}

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .config import run_annotation_prefix
-from .errors import InputError
-from .io.writer import read_run_json, read_run_table
-from .review import edge_thresholds, texts_of
+from ..config import run_annotation_prefix
+from ..errors import InputError
+from ..io.writer import read_run_json, read_run_table
+from .samples import edge_thresholds, texts_of
 
 SAMPLE_CHARS = 300
 
@@ -174,7 +174,7 @@ def write_report(run_dir: str | Path, staged: bool = False) -> Path:
 
     ``staged``: ``run_dir`` is a staging directory the caller is writing (and holds the lock of);
     otherwise it must be a complete run (``_SUCCESS``), and the output directory's lock is taken."""
-    from .io.writer import lock_output, require_complete
+    from ..io.writer import lock_output, require_complete
     if staged:
         return _write_report(Path(run_dir))
     with lock_output(run_dir, "report"):

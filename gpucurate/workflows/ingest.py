@@ -1,6 +1,6 @@
 """Incremental ingestion: deduplicate a new batch against a persisted state and against itself.
 
-The state (``gpucurate.state``) keeps, per document, what the global steps need (text hash, gate
+The state (``gpucurate.workflows.state``) keeps, per document, what the global steps need (text hash, gate
 results, timestamps) and, per distinct text, what was expensive to compute: LSH band keys and shingle
 sets (fuzzy), embeddings (semantic), and the pairs already verified with their scores. An ingest
 reads and hashes only the new batch, sketches only texts never seen, embeds only new canonicals, and
@@ -25,21 +25,22 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .annotate import alias_table, annotate
-from .backend import select
-from .config import Config, flatten, load_config, resolve_config, run_annotation_prefix
-from .errors import ConfigError, InputError
-from .executor import Executor, quiet_logs
-from .io.reader import plan_partitions, read_documents
-from .kernels.pairs import index_of, pack_pairs
-from .stages.contamination import ContaminationResult
-from .stages.exact import ExactDedup, ExactResult, exact_canonicals
-from .stages.fuzzy import FuzzyDedup, FuzzyResult, Sketches
-from .stages.quality import QualityResult
-from .stages.semantic import SemanticDedup, SemanticResult, keep_priority, keep_rule, semantic_enabled
-from .failpoints import failpoint
+from ..stages.annotate import alias_table, annotate
+from ..engine.backend import select
+from ..config import Config, flatten, load_config, resolve_config, run_annotation_prefix
+from ..errors import ConfigError, InputError
+from ..engine.executor import Executor, quiet_logs
+from ..io.reader import plan_partitions, read_documents
+from ..kernels.pairs import index_of, pack_pairs
+from ..stages.contamination import ContaminationResult
+from ..stages.exact import ExactDedup, ExactResult, exact_canonicals
+from ..stages.fuzzy import FuzzyDedup, FuzzyResult
+from ..stages.sketches import Sketches
+from ..stages.quality import QualityResult
+from ..stages.semantic import SemanticDedup, SemanticResult, keep_priority, keep_rule, semantic_enabled
+from ..engine.failpoints import failpoint
 from .state import Segment, State, StateLock
-from .table import DocTable, canonicals
+from ..stages.table import DocTable, canonicals
 
 log = logging.getLogger("gpucurate")
 
@@ -264,7 +265,7 @@ class Batch:
 
 def compute_batch(state: State, cfg: Config, inputs: list[str], executor: Executor, backend, timer) -> Batch:
     """Read, gate and sketch the batch and regroup the collection; nothing is written."""
-    from .pipeline import _locator, prepare
+    from .run import _locator, prepare
     report: dict = {}
     with timer("read+normalize"):
         specs = plan_partitions(inputs, cfg.input, report, parallelism=executor.workers)  # (a run's records are input here: no name check)
@@ -508,7 +509,7 @@ def ingest(inputs: list[str] | str, state_dir: str | os.PathLike, config: Config
 
     Returns the batch summary; its counts are also kept in the state's manifest.
     """
-    from .pipeline import Timer
+    from .run import Timer
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [str(inputs)]
     inputs = [str(i) for i in inputs]
@@ -574,7 +575,7 @@ def _commit(state: State, batch: Batch, summary: dict, cfg: Config, timer) -> No
 def _write_output(batch: Batch, output: Path, executor: Executor) -> None:
     """The batch's annotated records, aliases and summary, staged and put in place complete (as ``run``)."""
     import dask
-    from .io.writer import StagedOutput, write_json, write_partition, write_table
+    from ..io.writer import StagedOutput, write_json, write_partition, write_table
     with StagedOutput(output, batch.cfg.output.overwrite, "ingest") as staged:
         out = staged.path
         table = batch.prep.table
@@ -595,7 +596,7 @@ def ingest_run(run_dir: str | os.PathLike, state_dir: str | os.PathLike, sink=No
     """Seed a state (and a sink) from a finished run: its annotated records are ingested as one batch with
     the run's config, reusing its embeddings. The hash-based groups are the run's; the semantic stage
     searches exhaustively where the run searched within k-means clusters."""
-    from .io.writer import read_run_json, require_complete
+    from ..io.writer import read_run_json, require_complete
     run = require_complete(run_dir, "ingest --from-run")  # a run that failed or is being written: refused
     summary = read_run_json(run / "summary.json")
     cfg = load_config(None, overrides, base=load_config(None, flatten(summary["config"])))

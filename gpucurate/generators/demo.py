@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 import numpy as np
 import pandas as pd
 
-from .errors import ArgumentError  # a ConfigError (CLI: one line, exit 2) and a ValueError
+from ..errors import ArgumentError  # a ConfigError (CLI: one line, exit 2) and a ValueError
 
 __all__ = ["COLUMNS", "KIND_FRACTIONS", "generate_corpus", "write_demo_corpus"]
 

@@ -27,20 +27,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .annotate import alias_table, annotate
-from .backend import select
-from .config import Config, flatten, load_config
-from .errors import ConfigError, OutputError
-from .io.writer import (ANNOTATIONS_DIR, MARKER, StagedOutput, read_run_json, read_run_table, require_complete,
+from ..stages.annotate import alias_table, annotate
+from ..engine.backend import select
+from ..config import Config, flatten, load_config
+from ..errors import ConfigError, OutputError
+from ..io.writer import (ANNOTATIONS_DIR, MARKER, StagedOutput, read_run_json, read_run_table, require_complete,
                         write_batches, write_json, write_table)
-from .kernels.hashing import padded_words
+from ..kernels.hashing import padded_words
 from .runindex import RUN_INDEX, RunIndex, load_run_index
-from .kernels.pairs import index_of, pack_pairs
-from .stages.exact import exact_canonicals
-from .stages.fuzzy import FuzzyDedup, FuzzyResult, Sketches, signature_partition
-from .stages.semantic import SemanticResult, keep_priority, keep_rule
-from .table import canonicals
-from .text import arrow_buffers, normalize
+from ..kernels.pairs import index_of, pack_pairs
+from ..stages.exact import exact_canonicals
+from ..stages.fuzzy import FuzzyDedup, FuzzyResult
+from ..stages.sketches import Sketches, signature_partition
+from ..stages.semantic import SemanticResult, keep_priority, keep_rule
+from ..stages.table import canonicals
+from ..stages.normalize import arrow_buffers, normalize
 
 log = logging.getLogger("gpucurate")
 
@@ -98,8 +99,8 @@ def rethreshold(run_dir: str | os.PathLike, overrides: list[str] | dict,
 
 
 def _rethreshold(run: Path, out: Path, overrides, start: float, in_place: bool) -> dict:
-    from .pipeline import DedupResult, Timer, stage_counts
-    from .report import write_report
+    from .run import DedupResult, Timer, stage_counts
+    from ..review.report import write_report
     summary = read_run_json(run / "summary.json")
     old_cfg, cfg, changed = _configs(summary, overrides)
     if not (run / RUN_INDEX).is_file():

@@ -18,10 +18,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .config import ChunksConfig, FuzzyConfig
-from .kernels.hashing import padded_words
-from .stages.fuzzy import FuzzyDedup, Sketches, signature_partition
-from .text import arrow_buffers, normalize
+from ..config import ChunksConfig, FuzzyConfig
+from ..kernels.hashing import padded_words
+from ..stages.fuzzy import FuzzyDedup
+from ..stages.sketches import Sketches, signature_partition
+from ..stages.normalize import arrow_buffers, normalize
 
 _BLANK_LINE = re.compile(r"\n[ \t\r\f\v]*\n")
 

@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from ..errors import SinkError
+from ...errors import SinkError
 
 STAGES = ("exact", "fuzzy", "semantic")
 CORE_TABLES = ("documents", "document_aliases", "chunks", "document_chunks")

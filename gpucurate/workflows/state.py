@@ -39,8 +39,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import ConfigError, LockedError
-from .failpoints import failpoint
+from ..errors import ConfigError, LockedError
+from ..engine.failpoints import failpoint
 
 log = logging.getLogger("gpucurate")
 

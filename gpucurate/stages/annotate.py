@@ -7,15 +7,15 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .config import ANNOTATION_COLUMNS, OutputConfig, annotation_names  # noqa: F401 (re-exported)
-from .stages.contamination import ContaminationResult
-from .stages.exact import ExactResult
-from .stages.fuzzy import FuzzyResult
-from .io.writer import ID_TYPE_KEY, PARAGRAPH_CUTS
-from .stages.paragraphs import ParagraphResult
-from .stages.quality import QualityResult
-from .stages.semantic import SemanticResult
-from .table import DocTable
+from ..config import OutputConfig
+from .contamination import ContaminationResult
+from .exact import ExactResult
+from .fuzzy import FuzzyResult
+from ..io.writer import ID_TYPE_KEY, PARAGRAPH_CUTS
+from .paragraphs import ParagraphResult
+from .quality import QualityResult
+from .semantic import SemanticResult
+from .table import DocTable, id_array
 
 
 def partition_slices(annotations: pa.Table, offsets: np.ndarray) -> list[pa.Table]:
@@ -23,10 +23,6 @@ def partition_slices(annotations: pa.Table, offsets: np.ndarray) -> list[pa.Tabl
     of its own: a zero-copy slice would pickle the whole table into every task of a Dask cluster."""
     return [annotations.take(pa.array(np.arange(offsets[p], offsets[p + 1], dtype=np.int64)))
             for p in range(len(offsets) - 1)]
-
-
-def id_array(ids: np.ndarray) -> pa.Array:
-    return pa.array(ids, type=pa.int64()) if ids.dtype.kind == "i" else pa.array(ids, type=pa.string())
 
 
 def annotate(table: DocTable, exact: ExactResult, fuzzy: FuzzyResult | None, out: OutputConfig,

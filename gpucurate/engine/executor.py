@@ -15,7 +15,7 @@ import dask
 from dask.callbacks import Callback
 from tqdm.auto import tqdm
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .threads import thread_map
 
 log = logging.getLogger("gpucurate")

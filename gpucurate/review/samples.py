@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .config import run_annotation_prefix
-from .errors import InputError
+from ..config import run_annotation_prefix
+from ..errors import InputError
 
 DIFF_CHARS = 400
 

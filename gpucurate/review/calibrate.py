@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .config import Config
-from .errors import ConfigError, InputError
+from ..config import Config
+from ..errors import ConfigError, InputError
 
 METHODS = ("jaccard", "minhash", "simhash", "cosine")
 #: column names of the labelled-pair files in ../shared/data (``--preset``)
@@ -74,9 +74,9 @@ def check_labels(labels: np.ndarray, source: str | None = None) -> None:
 
 
 def _shingle_sets(texts: list[str], cfg: Config):
-    from .kernels.hashing import permutations
-    from .kernels.minhash import CHAR, WORD, signatures
-    from .text import arrow_buffers, normalize
+    from ..kernels.hashing import permutations
+    from ..kernels.minhash import CHAR, WORD, signatures
+    from ..stages.normalize import arrow_buffers, normalize
     offsets, data = arrow_buffers(normalize(pa.array(texts, pa.large_string()), cfg.normalize))
     a, b = permutations(cfg.fuzzy.num_perm, cfg.fuzzy.seed)
     mode = WORD if cfg.fuzzy.shingle == "word" else CHAR
@@ -89,12 +89,12 @@ def similarities(a: list[str], b: list[str], method: str, cfg: Config) -> np.nda
         raise ConfigError(f"--method must be one of {', '.join(METHODS)}; got {method!r}")
     n = len(a)
     if method == "cosine":
-        from .encoder import Encoder
+        from ..stages.encoder import Encoder
         s = cfg.semantic
         enc = Encoder(s.model, s.device or "cpu", s.max_tokens, s.batch_size, s.dtype)
         x = enc.encode(list(a) + list(b))
         return np.sum(x[:n] * x[n:], axis=1).astype(np.float64)
-    from .kernels import minhash, pairs
+    from ..kernels import minhash, pairs
     sigs, offsets, values = _shingle_sets(list(a) + list(b), cfg)
     pi, pj = np.arange(n, dtype=np.int64), np.arange(n, 2 * n, dtype=np.int64)
     if method == "jaccard":
@@ -138,8 +138,8 @@ class Calibration:
 
 def lsh_for(threshold: float, cfg: Config) -> dict:
     """The bands x rows the fuzzy stage would choose at ``threshold`` and their S-curve."""
-    from .stages.fuzzy import FuzzyDedup
-    from .backend import select
+    from ..stages.fuzzy import FuzzyDedup
+    from ..engine.backend import select
     fz = FuzzyDedup(type(cfg.fuzzy)(**{**cfg.fuzzy.__dict__, "threshold": threshold}), "first", select("cpu"))
     b, r = fz.bands, fz.rows_per_band
     curve = {f"{s:.2f}": round(1 - (1 - s ** r) ** b, 4) for s in np.round(np.arange(0.1, 1.0001, 0.05), 2)}

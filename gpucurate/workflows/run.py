@@ -16,22 +16,22 @@ from dataclasses import dataclass
 import dask
 import numpy as np
 
-from . import __version__
-from .annotate import alias_table, annotate, apply_paragraphs, edge_batches, partition_slices
-from .backend import select
-from .config import Config, annotation_names, resolve_config
-from .executor import Executor, quiet_logs
-from .io.reader import ROW_BITS, plan_partitions, read_documents
+from .._version import __version__
+from ..stages.annotate import alias_table, annotate, apply_paragraphs, edge_batches, partition_slices
+from ..engine.backend import select
+from ..config import Config, annotation_names, resolve_config
+from ..engine.executor import Executor, quiet_logs
+from ..io.reader import ROW_BITS, plan_partitions, read_documents
 from .runindex import write_run_index
-from .io.writer import StagedOutput, write_batches, write_json, write_partition, write_table
-from .stages.contamination import ContaminationGate, ContaminationResult
-from .stages.exact import ExactDedup, ExactResult
-from .stages.fuzzy import FuzzyDedup, FuzzyResult
-from .stages.normalize import Normalize
-from .stages.paragraphs import ParagraphDedup, ParagraphResult
-from .stages.quality import QualityGate, QualityResult
-from .stages.semantic import SemanticDedup, SemanticResult, semantic_enabled, write_embeddings
-from .table import DocTable
+from ..io.writer import StagedOutput, write_batches, write_json, write_partition, write_table
+from ..stages.contamination import ContaminationGate, ContaminationResult
+from ..stages.exact import ExactDedup, ExactResult
+from ..stages.fuzzy import FuzzyDedup, FuzzyResult
+from ..stages.normalize import Normalize
+from ..stages.paragraphs import ParagraphDedup, ParagraphResult
+from ..stages.quality import QualityGate, QualityResult
+from ..stages.semantic import SemanticDedup, SemanticResult, semantic_enabled, write_embeddings
+from ..stages.table import DocTable
 
 log = logging.getLogger("gpucurate")
 
@@ -123,7 +123,7 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
             if executor.client is not None:
                 summary["device"]["note"] = "the copies of the partition tasks on the Dask workers are not counted"
     write_json(summary, out / "summary.json")
-    from .report import write_report
+    from ..review.report import write_report
     write_report(out, staged=True)
     return summary
 
@@ -225,7 +225,7 @@ def _resident(cfg: Config, backend, executor: Executor):
     have their own device, so there the stages hand host arrays between steps)."""
     if backend.arrays is None or executor.client is not None:
         return None
-    from .device.resident import ResidentCorpus
+    from ..device.resident import ResidentCorpus
     params = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, backend).device_params() if cfg.fuzzy.enabled else None
     return ResidentCorpus(backend.arrays, params)
 
@@ -244,7 +244,7 @@ def _locator(specs):
 def _jit_compiled() -> bool:
     """Whether this process compiled any kernel instead of loading it from numba's cache."""
     from numba.core.registry import CPUDispatcher
-    from .kernels import minhash, pairs, semantic, text
+    from ..kernels import minhash, pairs, semantic, text
     for module in (minhash, pairs, semantic, text):
         for obj in vars(module).values():
             if isinstance(obj, CPUDispatcher) and obj._cache is not None and sum(obj.stats.cache_misses.values()):

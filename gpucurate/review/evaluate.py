@@ -28,9 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from numba import njit
 
-from .errors import ConfigError
-from .kernels.hashing import fmix64
-from .kernels.pairs import components
+from ..errors import ConfigError
+from ..kernels.hashing import fmix64
+from ..kernels.pairs import components
 
 __all__ = [
     "exact_similar_pairs",

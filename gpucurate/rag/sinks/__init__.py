@@ -1,7 +1,7 @@
 """Sinks: write deduplicated results into external stores.
 
 ``PgvectorSink`` (PostgreSQL + pgvector) needs the ``pgvector`` extra (psycopg 3 and the pgvector package);
-it is imported lazily so that ``import gpucurate.sinks`` works without them.
+it is imported lazily so that ``import gpucurate.rag.sinks`` works without them.
 """
 
 __all__ = ["PgvectorSink"]

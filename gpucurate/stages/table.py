@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 import dask
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
-from .errors import InputError
-from .executor import Executor
+from ..errors import InputError
+from ..engine.executor import Executor
 
 
 def _table_part(df: pd.DataFrame) -> tuple:
@@ -95,6 +96,11 @@ class DocTable:
         if policy == "longest":
             return -self.nbytes
         raise ValueError(policy)
+
+
+def id_array(ids: np.ndarray) -> pa.Array:
+    """The Arrow column of table ids (``int64`` or ``string``, as ``ids``' dtype)."""
+    return pa.array(ids, type=pa.int64()) if ids.dtype.kind == "i" else pa.array(ids, type=pa.string())
 
 
 def unify_ids(parts: list[np.ndarray]) -> np.ndarray:

@@ -38,11 +38,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import ConfigError
-from .stages.contamination import ContaminationResult
-from .stages.exact import ExactResult
-from .stages.quality import QualityResult
-from .table import DocTable
+from ..errors import ConfigError
+from ..stages.contamination import ContaminationResult
+from ..stages.exact import ExactResult
+from ..stages.quality import QualityResult
+from ..stages.table import DocTable
 
 RUN_INDEX = "run_index.parquet"
 _META_KEY = b"gpucurate"
@@ -51,7 +51,7 @@ _META_KEY = b"gpucurate"
 def write_run_index(result, out_dir: Path, collected_at: dict) -> Path:
     """Write ``run_index.parquet`` for a ``pipeline.DedupResult``; ``collected_at`` holds the score
     thresholds (``fuzzy``, ``semantic``) the stored edges were collected at."""
-    from .annotate import id_array
+    from ..stages.table import id_array
     table, exact, n = result.table, result.exact, result.table.n
     quality_rule = result.quality.rule if result.quality is not None else np.full(n, -1, np.int16)
     quality_value = result.quality.value if result.quality is not None else np.zeros(n)

@@ -1,0 +1,2 @@
+"""Looking at results: ``report`` (report.html of a run), ``samples`` (pairs to label), ``calibrate``
+(thresholds from labelled pairs) and ``evaluate`` (scores against ground truth)."""

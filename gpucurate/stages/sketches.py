@@ -1,0 +1,100 @@
+"""MinHash sketches of a partition: the LSH shape (``optimal_bands_rows``), the stage's parameters
+(``FuzzyParams``), and per partition the band keys, shingle sets (CSR) and signatures of the selected
+rows (``signature_partition``), collected as ``Sketches``. The fuzzy stage (``stages.fuzzy``), its Dask
+path (``stages.fuzzy_dask``), ingest, rethreshold and RAG chunk dedup all build on these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from ..engine.backend import Backend
+from .normalize import arrow_buffers
+
+
+@lru_cache(maxsize=64)
+def optimal_bands_rows(threshold: float, num_perm: int, fp_weight: float = 0.5,
+                       fn_weight: float = 0.5) -> tuple[int, int]:
+    """LSH ``(bands, rows)`` with ``bands * rows <= num_perm`` minimizing the weighted areas of false
+    positives (Jaccard below ``threshold`` that collide) and false negatives (above it that do not)
+    under the collision probability ``1 - (1 - s**rows)**bands``. Ties go to fewer bands."""
+    s_lo = np.linspace(0.0, threshold, 1001)
+    s_hi = np.linspace(threshold, 1.0, 1001)
+    best, best_err = (1, 1), np.inf
+    for b in range(1, num_perm + 1):
+        for r in range(1, num_perm // b + 1):
+            fp = np.trapezoid(1.0 - (1.0 - s_lo ** r) ** b, s_lo)
+            fn = np.trapezoid((1.0 - s_hi ** r) ** b, s_hi)
+            err = fp_weight * fp + fn_weight * fn
+            if err < best_err - 1e-15:
+                best, best_err = (b, r), err
+    return best
+
+
+@dataclass
+class FuzzyParams:
+    mode: int
+    k: int
+    seed: np.uint64
+    perm_a: np.ndarray
+    perm_b: np.ndarray
+    bands: int
+    rows: int
+    keep_signatures: bool
+    threads: int = 1  # threads inside one partition task (local runs with fewer partitions than cores)
+    #: False for SimHash: its band keys come from the SimHash bits (``finish_sketches``), and its
+    #: ``bands * rows`` (64 bits) may exceed the permutations
+    minhash_bands: bool = True
+
+
+def signature_partition(df: pd.DataFrame, mask: np.ndarray, params: FuzzyParams, backend: Backend):
+    """Band keys, shingle sets (CSR) and optionally signatures of the rows of ``df`` selected by ``mask``.
+
+    Returns ``(band_keys uint64[m, bands], csr_offsets int64[m + 1], csr_values uint64[..],
+    signatures uint32[m, P] or None)``.
+    """
+    k = backend.minhash
+    if not mask.any():
+        return (np.empty((0, params.bands), np.uint64), np.zeros(1, np.int64), np.empty(0, np.uint64),
+                np.empty((0, len(params.perm_a)), np.uint32) if params.keep_signatures else None)
+    arr = df["_text"].array._pa_array
+    offsets, data = arrow_buffers(arr)
+    if not mask.all():
+        rows = np.flatnonzero(mask)
+        offsets, data = arrow_buffers(pa.chunked_array(arr).combine_chunks().take(pa.array(rows)))
+    sigs, csr_offsets, csr_values = k.signatures(offsets, data, params.mode, params.k, params.seed, params.perm_a,
+                                                 params.perm_b, threads=params.threads)
+    keys = k.band_keys(sigs, params.bands, params.rows, params.seed) if params.minhash_bands else \
+        np.zeros((len(sigs), params.bands), np.uint64)
+    return keys, csr_offsets, csr_values, (sigs if params.keep_signatures else None)
+
+
+def remove_hashes(offsets: np.ndarray, values: np.ndarray, common: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The CSR shingle sets ``(offsets, values)`` without the hashes in ``common`` (sorted uint64)."""
+    pos = np.minimum(np.searchsorted(common, values), max(len(common) - 1, 0))
+    drop = common[pos] == values if len(common) else np.zeros(len(values), bool)
+    kept_before = np.concatenate(([0], np.cumsum(~drop)))
+    return kept_before[offsets].astype(np.int64), values[~drop]
+
+
+@dataclass
+class Sketches:
+    """What the fuzzy stage keeps per participant (index ``i`` = the i-th participant)."""
+    keys: np.ndarray  # uint64[m, bands] LSH bucket keys
+    csr_offsets: np.ndarray  # int64[m + 1] shingle sets (after boilerplate removal)
+    csr_values: np.ndarray  # uint64[...]
+    sigs: np.ndarray | None = None  # uint32[m, P] MinHash signatures (without verification)
+    simhashes: np.ndarray | None = None  # uint64[m] (fuzzy.method simhash)
+    boilerplate: np.ndarray | None = None  # sorted uint64 boilerplate hashes removed
+    boilerplate_stats: dict | None = None
+
+
+def concat_csr(parts) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.concatenate([np.diff(p[1]) for p in parts])
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets, np.concatenate([p[2] for p in parts])
