@@ -155,7 +155,7 @@ class SemanticConfig:
     #: vectors, so without the check unrelated documents in those languages are merged.
     max_unknown_fraction: Optional[float] = 0.1
     max_tokens_per_word: Optional[float] = 3.0
-    #: texts per forward pass; null -> 32 on the CPU (fastest there), 256 on a GPU
+    #: texts per forward pass, every batch this many rows (padded); null -> 8 on the CPU, 256 on a GPU
     batch_size: Optional[int] = None
     #: auto: float32 on the CPU, float16 on a GPU; bfloat16 is ~2x faster on CPUs with AMX/AVX512-BF16
     #: and moves cosines by about 0.002

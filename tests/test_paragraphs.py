@@ -6,6 +6,7 @@ import pytest
 
 from conftest import read_annotations, write_jsonl
 from gpucurate.kernels.gates import paragraph_spans
+from gpucurate.stages.paragraphs import ParagraphDedup
 from gpucurate.workflows.run import run
 from gpucurate.stages.normalize import arrow_buffers
 
@@ -93,7 +94,7 @@ def test_keep_none_and_max_occurrences(tmp_path):
     assert ann.loc[2].paragraph_text.endswith(QA) and DISCLAIMER not in ann.loc[2].paragraph_text
 
 
-def test_sentence_unit_and_partition_invariance(tmp_path, demo_frame):
+def test_sentence_unit_and_partition_invariance(tmp_path, demo_frame, monkeypatch):
     records = demo_frame.head(400).to_dict(orient="records")
     for r in records[::7]:
         r["text"] = (r["text"] or "") + "\n\n" + DISCLAIMER + " " + QA.replace("\n", " ")
@@ -103,6 +104,13 @@ def test_sentence_unit_and_partition_invariance(tmp_path, demo_frame):
     run([str(src)], tmp_path / "many", overrides={**over, "input.partition_bytes": 4096, "run.workers": 1})
     one, many = read_annotations(tmp_path / "one"), read_annotations(tmp_path / "many")
     pd.testing.assert_frame_equal(one, many)
+    # the exchange by span hash in many buckets: the same cuts and counts
+    monkeypatch.setattr(ParagraphDedup, "spans_per_bucket", 50)
+    s3 = run([str(src)], tmp_path / "buckets", overrides={**over, "input.partition_bytes": 4096})
+    pd.testing.assert_frame_equal(read_annotations(tmp_path / "buckets"), one)
+    assert s1["stages"]["paragraphs"]["buckets"] == 1 and s3["stages"]["paragraphs"]["buckets"] > 10
+    assert {k: v for k, v in s3["stages"]["paragraphs"].items() if k not in ("buckets", "seconds")} == \
+        {k: v for k, v in s1["stages"]["paragraphs"].items() if k not in ("buckets", "seconds")}
     assert sorted(one["id"]) == sorted(r["id"] for r in records) and one.doc_id.is_unique
     changed = one[one.paragraph_chars_removed > 0]
     assert len(changed) >= 40 and s1["stages"]["paragraphs"]["unit"] == "sentences"

@@ -135,6 +135,18 @@ class Executor:
                 bar.update(1)
         return persisted
 
+    def persist_tasks(self, tasks: list, desc: str) -> list:
+        """Compute delayed ``tasks`` and keep each result where it was computed (on a cluster, in its
+        worker's memory); returns delayed objects of the results, in order, for later tasks to take."""
+        if self.client is None:
+            return [dask.delayed(r, pure=False) for r in self.compute(tasks, desc)]
+        from distributed import as_completed, futures_of
+        persisted = self.client.persist(tasks)
+        with self._bar(len(persisted), desc) as bar:
+            for _ in as_completed([f for t in persisted for f in futures_of(t)]):
+                bar.update(1)
+        return persisted
+
     def _bar(self, total: int, desc: str):
         return tqdm(total=total, desc=desc, unit="part", file=sys.stderr, disable=not self.progress, leave=False)
 

@@ -18,8 +18,7 @@ def kmeans_fit(x: np.ndarray, k: int, seed: int, max_iter: int, sample: int, dev
     """float32[k, d] centroids of k-means (k-means++ init, one run) fit on at most ``sample`` points
     drawn with ``seed``: cuML on a CUDA device when it is installed, scikit-learn otherwise."""
     if len(x) > sample:
-        pick = np.sort(np.random.default_rng(seed).choice(len(x), sample, replace=False))
-        x = x[pick]
+        x = x[sample_positions(len(x), sample, seed)]
     if device.startswith("cuda"):
         try:
             from cuml.cluster import KMeans as CuKMeans
@@ -31,6 +30,13 @@ def kmeans_fit(x: np.ndarray, k: int, seed: int, max_iter: int, sample: int, dev
     from sklearn.cluster import KMeans
     km = KMeans(n_clusters=k, n_init=1, max_iter=max_iter, random_state=seed, algorithm="lloyd")
     return km.fit(x).cluster_centers_.astype(np.float32)
+
+
+def sample_positions(n: int, sample: int, seed: int) -> np.ndarray:
+    """int64[min(n, sample)] ascending positions of the points k-means is fit on (drawn with ``seed``)."""
+    if n <= sample:
+        return np.arange(n, dtype=np.int64)
+    return np.sort(np.random.default_rng(seed).choice(n, sample, replace=False)).astype(np.int64)
 
 
 def assign(x: np.ndarray, centroids: np.ndarray, probes: int = 1, device: str = "cpu"):
@@ -72,30 +78,51 @@ def cluster_pairs(x: np.ndarray, labels: np.ndarray, n_clusters: int, threshold:
     ``(a int64[e], b int64[e], score float32[e], compared)`` with ``a < b`` point indices, each pair once,
     sorted by (a, b); ``compared`` is the number of similarities computed.
     """
+    found = search_clusters(x, labels, np.arange(n_clusters), threshold, device)
+    a, b, score = first_found(*found[:5])
+    return a, b, score, found[5]
+
+
+def search_clusters(x: np.ndarray, labels: np.ndarray, clusters: np.ndarray, threshold: float, device: str = "cpu"):
+    """The within-cluster search of ``clusters`` (ascending): each cluster's members against the earlier
+    members, then the points that probe it against all its members. A label of -1 is a cluster searched
+    elsewhere (a shuffled bucket holds only some clusters).
+
+    A cluster's computation depends only on its members and probing points, in ascending point order, so
+    searching the clusters in any grouping gives the same pairs and the same float scores.
+
+    Returns ``(a, b int64[e] point indices, score float32[e], cluster int64[e], probed bool[e], compared)``
+    in the order found, with ``a != b`` unordered and a pair possibly found in several clusters
+    (``first_found`` keeps one).
+    """
     import torch
     n = len(x)
-    out_a, out_b, out_s = [], [], []
+    out_a, out_b, out_s, out_c, out_p = [], [], [], [], []
     compared = 0
     primary = labels[:, 0]
     members_order = np.argsort(primary, kind="stable")
-    m_starts = np.searchsorted(primary[members_order], np.arange(n_clusters + 1))
+    m_starts = np.searchsorted(primary[members_order], clusters)
+    m_ends = np.searchsorted(primary[members_order], clusters, side="right")
     # (point, probed cluster) for the 2nd..p-th nearest clusters
     probe_points = np.repeat(np.arange(n), labels.shape[1] - 1)
     probe_clusters = labels[:, 1:].reshape(-1)
     probe_order = np.argsort(probe_clusters, kind="stable")
-    q_starts = np.searchsorted(probe_clusters[probe_order], np.arange(n_clusters + 1))
+    q_starts = np.searchsorted(probe_clusters[probe_order], clusters)
+    q_ends = np.searchsorted(probe_clusters[probe_order], clusters, side="right")
     xt = torch.from_numpy(np.array(x, dtype=np.float32)).to(device)
 
-    def collect(sim, rows_idx, cols_idx, mask):
+    def collect(sim, rows_idx, cols_idx, mask, cluster, probed):
         r, c = torch.nonzero(mask, as_tuple=True)
         if len(r):
             out_s.append(sim[r, c].cpu().numpy())
             out_a.append(rows_idx[r.cpu().numpy()])
             out_b.append(cols_idx[c.cpu().numpy()])
+            out_c.append(np.full(len(r), cluster, np.int64))
+            out_p.append(np.full(len(r), probed))
 
     with torch.inference_mode():
-        for c in range(n_clusters):
-            members = members_order[m_starts[c]:m_starts[c + 1]]
+        for k, c in enumerate(clusters):
+            members = members_order[m_starts[k]:m_ends[k]]
             m = len(members)
             if m == 0:
                 continue
@@ -106,21 +133,29 @@ def cluster_pairs(x: np.ndarray, labels: np.ndarray, n_clusters: int, threshold:
                 sim = mx[s:e] @ mx[:e].T
                 rows = torch.arange(s, e, device=sim.device).unsqueeze(1)
                 cols = torch.arange(e, device=sim.device).unsqueeze(0)
-                collect(sim, members[s:e], members[:e], (sim >= threshold) & (cols < rows))
+                collect(sim, members[s:e], members[:e], (sim >= threshold) & (cols < rows), c, False)
                 compared += (e - s) * (s + e - 1) // 2
-            queries = probe_points[probe_order[q_starts[c]:q_starts[c + 1]]]
+            queries = probe_points[probe_order[q_starts[k]:q_ends[k]]]
             for s in range(0, len(queries), step):  # points that probe this cluster against all members
                 q = queries[s:s + step]
                 sim = xt[torch.from_numpy(q).to(device)] @ mx.T
-                collect(sim, q, members, sim >= threshold)
+                collect(sim, q, members, sim >= threshold, c, True)
                 compared += len(q) * m
     if not out_a:
-        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32), compared
-    a, b, score = np.concatenate(out_a), np.concatenate(out_b), np.concatenate(out_s).astype(np.float32)
+        return (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32), np.empty(0, np.int64),
+                np.empty(0, bool), compared)
+    return (np.concatenate(out_a).astype(np.int64), np.concatenate(out_b).astype(np.int64),
+            np.concatenate(out_s).astype(np.float32), np.concatenate(out_c), np.concatenate(out_p), compared)
+
+
+def first_found(a, b, score, cluster, probed):
+    """Each pair once, as ``(a < b, score)`` sorted by (a, b): where ``search_clusters`` found a pair in
+    several clusters, the score of the lowest cluster, members before probes (the order it searches)."""
     a, b = np.minimum(a, b), np.maximum(a, b)
-    key = a.astype(np.int64) * n + b
-    key, first = np.unique(key, return_index=True)  # a pair found from both sides is kept once
-    return key // n, key % n, score[first], compared
+    order = np.lexsort((probed, cluster, b, a))
+    a, b, score = a[order], b[order], score[order]
+    first = np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1])] if len(a) else np.zeros(0, bool)
+    return a[first], b[first], score[first]
 
 
 def later_pairs(x: np.ndarray, start: int, threshold: float, device: str = "cpu"):

@@ -9,6 +9,11 @@ in input order (``keep: first``) or from all (``keep: none``); spans shorter tha
 normalized characters are never removed. ``paragraph_text`` holds the text after removal,
 ``paragraph_chars_removed`` how many characters went; a document left with fewer than ``min_doc_chars``
 characters is dropped with a reason.
+
+The spans never come to the driver: each partition's spans are exchanged by hash into buckets
+(``engine.shuffle``), each bucket counts the documents of its hashes and picks the spans to remove, and
+those go back to the partitions of their documents, which turn them into cuts. The driver gets each
+document's cuts and counts.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import pyarrow.compute as pc
 
 from ..config import NormalizeConfig, ParagraphsConfig
 from ..engine.executor import Executor
+from ..engine.shuffle import exchange
 from ..kernels.gates import paragraph_spans
 from ..kernels.hashing import padded_words
 from ..kernels.minhash import text_hashes
@@ -101,41 +107,96 @@ class ParagraphDedup:
         hash_texts = self.backend.minhash.text_hashes if self.backend is not None else text_hashes
         return ddf.map_partitions(paragraph_partition, sentences, hash_texts, meta=ddf._meta)
 
+    #: spans per bucket of the exchange by span hash
+    spans_per_bucket = 2_000_000
+
     def collect(self, ddf, table, kept: np.ndarray, executor: Executor) -> ParagraphResult:
         cfg = self.cfg
-        parts = executor.compute([dask.delayed(lambda p: p.attrs["paragraphs"])(p) for p in ddf.to_delayed()],
-                                 "paragraphs: collect")
         offs = table.part_offsets
-        cat = {k: np.concatenate([d[k] for d in parts]) for k in ("start", "end", "hash", "norm_chars", "raw_chars")}
-        rows = np.concatenate([offs[p] + d["rows"] for p, d in enumerate(parts)]).astype(np.int64)
-        doc_chars = np.concatenate([d["doc_chars"] for d in parts]).astype(np.int64)
-        spans = pd.DataFrame({"row": rows, **cat})
-        spans = spans[kept[spans.row.to_numpy()] & (spans.norm_chars >= cfg.min_span_chars)
-                      & (spans.norm_chars > 0)]
-        # documents per span hash, and the first of them in input order
-        per_doc = spans.drop_duplicates(["hash", "row"])
-        occurrences = per_doc.groupby("hash").row.agg(["size", "min"])
-        repeated = occurrences[occurrences["size"] > cfg.max_occurrences]
-        spans = spans.merge(repeated, left_on="hash", right_index=True)
-        if cfg.keep == "first":
-            spans = spans[spans.row != spans["min"]]
-        n = table.n
-        cuts: list = [None] * n
-        chars_removed = np.zeros(n, np.int64)
-        for row, group in spans.sort_values(["row", "start"]).groupby("row", sort=True):
-            cuts[row] = np.column_stack((group.start.to_numpy(), group.end.to_numpy())).reshape(-1).tolist()
-            chars_removed[row] = int(group.raw_chars.sum())
-        left = doc_chars - chars_removed
-        drop = (chars_removed > 0) & (left < cfg.min_doc_chars)
-        reason = np.full(n, None, dtype=object)
-        for r in np.flatnonzero(drop):
-            reason[r] = (f"paragraphs: about {left[r]} characters left after removing {len(cuts[r]) // 2} repeated "
-                         f"span(s) < min_doc_chars {cfg.min_doc_chars}")
+        delayed_parts = ddf.to_delayed()
+        sizes = executor.compute([dask.delayed(_span_count)(p) for p in delayed_parts], "paragraphs: count spans")
+        n_buckets = max(1, -(-int(sum(sizes)) // self.spans_per_bucket))
+        inputs = [(p, kept[offs[q]:offs[q + 1]], int(offs[q])) for q, p in enumerate(delayed_parts)]
+        by_hash = exchange(_spans_by_hash, inputs, n_buckets, cfg.min_span_chars)
+        buckets = [dask.delayed(_repeated_spans)(pieces, cfg.max_occurrences, cfg.keep) for pieces in by_hash]
+        to_cut = exchange(_cuts_by_partition, [(b,) for b in buckets], len(delayed_parts), offs)
+        results = executor.compute(
+            [dask.delayed(_partition_cuts)(p, pieces, int(offs[q]), cfg.min_doc_chars)
+             for q, (p, pieces) in enumerate(zip(delayed_parts, to_cut))]
+            + [dask.delayed(_bucket_counts)(b) for b in buckets], "paragraphs: repeated spans")
+        per_part, counts = results[:len(delayed_parts)], results[len(delayed_parts):]
+        cuts: list = [cut for r in per_part for cut in r["cuts"]]
+        chars_removed = np.concatenate([r["chars_removed"] for r in per_part]) if per_part else np.zeros(0, np.int64)
+        drop = np.concatenate([r["drop"] for r in per_part]) if per_part else np.zeros(0, bool)
+        reason = np.concatenate([r["reason"] for r in per_part]) if per_part else np.full(0, None, object)
+        doc_chars = np.concatenate([r["doc_chars"] for r in per_part]) if per_part else np.zeros(0, np.int64)
         counted_chars = int(doc_chars[kept].sum())
-        stats = {"unit": cfg.unit, "distinct_spans_per_document": int(len(per_doc)),
-                 "repeated_spans": int(len(repeated)),
+        stats = {"unit": cfg.unit, "distinct_spans_per_document": int(sum(c[0] for c in counts)),
+                 "repeated_spans": int(sum(c[1] for c in counts)),
                  "documents_changed": int((chars_removed > 0).sum()), "chars_removed": int(chars_removed.sum()),
                  "chars_in_kept_documents": counted_chars,
                  "share_removed": round(float(chars_removed.sum()) / counted_chars, 5) if counted_chars else 0.0,
-                 "dropped": int(drop.sum()), "seconds": round(sum(d["seconds"] for d in parts), 4)}
+                 "dropped": int(drop.sum()), "seconds": round(sum(r["seconds"] for r in per_part), 4),
+                 "buckets": n_buckets}
         return ParagraphResult(cuts, chars_removed, drop, reason, stats)
+
+
+def _span_count(df: pd.DataFrame) -> int:
+    return len(df.attrs["paragraphs"]["hash"])
+
+
+def _spans_by_hash(df: pd.DataFrame, kept: np.ndarray, first_row: int, n_buckets: int, min_span_chars: int) -> tuple:
+    """The spans that count (of kept documents, long enough, not empty) as frames ``(hash, row, start, end,
+    raw_chars)`` with table rows, one per bucket (``hash % n_buckets``)."""
+    d = df.attrs["paragraphs"]
+    spans = pd.DataFrame({"hash": d["hash"], "row": first_row + d["rows"].astype(np.int64), "start": d["start"],
+                          "end": d["end"], "raw_chars": d["raw_chars"]})
+    use = kept[d["rows"]] & (d["norm_chars"] >= min_span_chars) & (d["norm_chars"] > 0)
+    spans = spans[use]
+    bucket = (spans["hash"].to_numpy() % np.uint64(n_buckets)).astype(np.int64)
+    return tuple(spans[bucket == b] for b in range(n_buckets))
+
+
+def _repeated_spans(pieces: list, max_occurrences: int, keep: str) -> tuple:
+    """The spans of one bucket's hashes found in more than ``max_occurrences`` documents, less each one's
+    first document with ``keep: first``; with the bucket's distinct (hash, document) and repeated-hash
+    counts."""
+    spans = pd.concat(pieces, ignore_index=True)
+    per_doc = spans.drop_duplicates(["hash", "row"])
+    occurrences = per_doc.groupby("hash").row.agg(["size", "min"])
+    repeated = occurrences[occurrences["size"] > max_occurrences]
+    spans = spans.merge(repeated, left_on="hash", right_index=True)
+    if keep == "first":
+        spans = spans[spans.row != spans["min"]]
+    return spans[["row", "start", "end", "raw_chars"]], len(per_doc), len(repeated)
+
+
+def _bucket_counts(bucket: tuple) -> tuple:
+    return bucket[1], bucket[2]
+
+
+def _cuts_by_partition(bucket: tuple, n_parts: int, offsets: np.ndarray) -> tuple:
+    spans = bucket[0]
+    part = np.searchsorted(offsets, spans["row"].to_numpy(), side="right") - 1
+    return tuple(spans[part == q] for q in range(n_parts))
+
+
+def _partition_cuts(df: pd.DataFrame, pieces: list, first_row: int, min_doc_chars: int) -> dict:
+    """One partition's cuts (byte ranges to remove, per document), characters removed and drops."""
+    d = df.attrs["paragraphs"]
+    n = len(d["doc_chars"])
+    cuts: list = [None] * n
+    chars_removed = np.zeros(n, np.int64)
+    spans = pd.concat(pieces, ignore_index=True)
+    for row, group in spans.sort_values(["row", "start"]).groupby("row", sort=True):
+        cuts[row - first_row] = np.column_stack((group.start.to_numpy(), group.end.to_numpy())).reshape(-1).tolist()
+        chars_removed[row - first_row] = int(group.raw_chars.sum())
+    doc_chars = np.asarray(d["doc_chars"], dtype=np.int64)
+    left = doc_chars - chars_removed
+    drop = (chars_removed > 0) & (left < min_doc_chars)
+    reason = np.full(n, None, dtype=object)
+    for r in np.flatnonzero(drop):
+        reason[r] = (f"paragraphs: about {left[r]} characters left after removing {len(cuts[r]) // 2} repeated "
+                     f"span(s) < min_doc_chars {min_doc_chars}")
+    return {"cuts": cuts, "chars_removed": chars_removed, "drop": drop, "reason": reason, "doc_chars": doc_chars,
+            "seconds": d["seconds"]}

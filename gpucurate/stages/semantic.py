@@ -12,6 +12,16 @@ order (``semantic.keep``); a document is a duplicate when its cosine to an earli
 compared with is at least ``semantic.threshold``, and it then points to the most similar such document.
 Pairs never compared are the recall that ``n_clusters`` and ``probes`` trade against time
 (benchmarks/bench_semantic.py measures it).
+
+Where the work runs: each partition's texts are embedded by a task of their own (on a cluster, on the
+worker that holds the partition, with the worker's own encoder and device), and the embeddings stay
+there. k-means is fit on the driver from a sample of at most ``semantic.kmeans_sample`` embeddings;
+assignment runs on the workers; the points are then shuffled by cluster (with the points that probe a
+cluster) into buckets, whose within-cluster searches run on the workers. Only the pairs at or above the
+threshold, and each embedded document's row, cluster and centroid cosine, come to the driver, where the
+keep rule runs. Embeddings are written by the workers, one file per partition. Every step gives the same
+bits whatever the partitioning (``encoder``: fixed batch shapes; ``kernels.semantic.search_clusters``:
+a cluster's search depends only on its points).
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import dask
@@ -35,11 +46,10 @@ from ..config import SemanticConfig
 from .encoder import Encoder, encoder_available
 from ..errors import ConfigError
 from ..engine.executor import Executor
-from .table import DocTable
+from ..engine.shuffle import exchange
+from .table import DocTable, id_array
 
 log = logging.getLogger("gpucurate")
-
-EMBEDDING_SHARD_ROWS = 65_536
 
 
 def semantic_enabled(cfg: SemanticConfig) -> bool:
@@ -70,9 +80,12 @@ class SemanticResult:
     edge_i: np.ndarray  # int64[e] table rows of pairs with cosine >= threshold in one cluster
     edge_j: np.ndarray
     edge_score: np.ndarray  # float64[e]
-    embeddings: np.ndarray  # float32[m, dim], row r for table row rows[r]
+    #: float32[m, dim], row r for table row rows[r]; None when they stayed on the workers (``parts``)
+    embeddings: np.ndarray | None
     model: dict  # name, fingerprint, dim, max_tokens
     stats: dict
+    #: delayed ``PartEmbeddings`` of each partition, kept where they were computed (``SemanticDedup.run``)
+    parts: list | None = None
 
 
 def model_fingerprint(encoder: Encoder) -> dict:
@@ -109,24 +122,131 @@ def load_embeddings(path: str | Path, model: dict) -> dict[int, np.ndarray]:
     return found
 
 
+@lru_cache(maxsize=2)
+def _stored_vectors(path: str, fingerprint: tuple) -> dict[int, np.ndarray]:
+    """``load_embeddings`` once per process (each worker reads the files it needs once)."""
+    return load_embeddings(path, dict(fingerprint))
+
+
+class PartEmbeddings:
+    """One partition's embeddings: ``rows`` int64[m] table rows, ``vectors`` float32[m, dim], and the
+    counts of the participants left out (``too_short``, ``outside``) and of vectors ``reused``."""
+
+    __slots__ = ("rows", "vectors", "too_short", "outside", "reused", "model")
+
+    def __init__(self, rows, vectors, too_short, outside, reused, model):
+        self.rows, self.vectors, self.too_short, self.outside = rows, vectors, too_short, outside
+        self.reused, self.model = reused, model
+
+
+def embed_partition(df: pd.DataFrame, mask: np.ndarray, first_row: int, hashes: np.ndarray, cfg: SemanticConfig,
+                    device: str, threads: int | None) -> PartEmbeddings:
+    """Embeddings of the rows of ``df`` selected by ``mask`` that are long enough and covered by the model's
+    vocabulary (table rows ``first_row + local``); ``hashes`` (uint64, one per row of ``df``) key the
+    vectors reused from ``semantic.reuse_embeddings``. Runs where the partition is: the encoder is loaded
+    once per process."""
+    local, texts = texts_partition(df, mask, cfg.min_chars)
+    encoder = Encoder(cfg.model, device, cfg.max_tokens, cfg.batch_size, cfg.dtype, threads=threads)
+    model = model_fingerprint(encoder)
+    tokens = encoder.tokenize(texts.to_pylist())
+    covered = covered_by_vocabulary(tokens, cfg)
+    local = local[covered]
+    token_ids = [t for t, c in zip(tokens.ids, covered) if c]
+    stored = _stored_vectors(cfg.reuse_embeddings, tuple(sorted(model.items()))) if cfg.reuse_embeddings else {}
+    vectors = np.empty((len(token_ids), encoder.dim), dtype=np.float32)
+    missing = []
+    for r, h in enumerate(hashes[local].tolist()):
+        vec = stored.get(h)
+        if vec is None:
+            missing.append(r)
+        else:
+            vectors[r] = vec
+    if missing:
+        vectors[missing] = encoder.encode_tokens([token_ids[r] for r in missing])
+    return PartEmbeddings(first_row + local, vectors, int(mask.sum()) - len(covered), int((~covered).sum()),
+                          len(token_ids) - len(missing), model)
+
+
+def covered_by_vocabulary(tokens, cfg: SemanticConfig) -> np.ndarray:
+    """bool[m]: texts the model's vocabulary covers (``max_unknown_fraction``, ``max_tokens_per_word``)."""
+    covered = np.ones(len(tokens.ids), dtype=bool)
+    if cfg.max_unknown_fraction is not None:
+        covered &= tokens.unknown_fraction <= cfg.max_unknown_fraction
+    if cfg.max_tokens_per_word is not None:
+        covered &= tokens.tokens_per_word <= cfg.max_tokens_per_word
+    return covered
+
+
+def _counts(part: PartEmbeddings) -> tuple:
+    return len(part.rows), part.too_short, part.outside, part.reused, part.model
+
+
+def _take_vectors(part: PartEmbeddings, positions: np.ndarray) -> np.ndarray:
+    return part.vectors[positions]
+
+
+def _assign(part: PartEmbeddings, centroids: np.ndarray, probes: int, device: str, assign) -> tuple:
+    """``(rows, labels int64[m, probes], centroid cosine float32[m])`` of one partition."""
+    labels, cosine = assign(part.vectors, centroids, probes, device)
+    return part.rows, labels, cosine
+
+
+def _labels(assigned: tuple) -> tuple:
+    rows, labels, cosine = assigned
+    return rows, labels[:, 0], cosine
+
+
+def _split_by_bucket(part: PartEmbeddings, assigned: tuple, n_buckets: int) -> tuple:
+    """For each bucket (clusters ``c % n_buckets``): the rows, vectors and labels of the points it needs,
+    its members and the points probing one of its clusters, with the labels of other buckets set to -1."""
+    _, labels, _ = assigned
+    out = []
+    for b in range(n_buckets):
+        here = np.where(labels % n_buckets == b, labels, -1)
+        need = (here >= 0).any(axis=1)
+        out.append((part.rows[need], part.vectors[need], here[need]))
+    return tuple(out)
+
+
+def _search_bucket(pieces: list, bucket: int, n_buckets: int, n_clusters: int, threshold: float, device: str,
+                   search) -> tuple:
+    """The within-cluster search of one bucket's clusters over its points (the partitions' pieces, in
+    partition order, so the points are in ascending table row). Returns the pairs as table rows."""
+    rows = np.concatenate([p[0] for p in pieces])
+    vectors = np.concatenate([p[1] for p in pieces]) if len(rows) else np.zeros((0, 1), np.float32)
+    labels = np.concatenate([p[2] for p in pieces])
+    a, b, score, cluster, probed, compared = search(vectors, labels, np.arange(bucket, n_clusters, n_buckets),
+                                                    threshold, device)
+    return rows[a], rows[b], score, cluster, probed, compared
+
+
+def _write_embedding_part(part: PartEmbeddings, ids: pa.Array, hashes: np.ndarray, path: str, meta: dict,
+                          compression: str) -> int:
+    dim = part.vectors.shape[1]
+    t = pa.table({"doc_id": ids, "text_hash": pa.array(hashes, pa.uint64()),
+                  "embedding": pa.FixedSizeListArray.from_arrays(pa.array(part.vectors.reshape(-1), pa.float32()),
+                                                                 dim)})
+    pq.write_table(t.replace_schema_metadata(meta), path, compression=None if compression == "none" else compression)
+    return len(part.rows)
+
+
 def write_embeddings(result: SemanticResult, table: DocTable, hashes: np.ndarray, out_dir: Path,
-                     compression: str) -> int:
-    """``embeddings/part-NNNNN.parquet``: doc_id, text_hash (of the normalized text), embedding."""
-    from .table import id_array
+                     compression: str, executor: Executor) -> int:
+    """``embeddings/part-NNNNN.parquet`` (doc_id, text_hash of the normalized text, embedding), written
+    where the embeddings are: one file per input partition with embedded documents (at least one file)."""
     folder = out_dir / "embeddings"
     folder.mkdir(parents=True, exist_ok=True)
     meta = {k: str(v) for k, v in result.model.items()}
-    dim = result.embeddings.shape[1] if result.embeddings.ndim == 2 else 0
-    shards = 0
-    for shard, s in enumerate(range(0, max(1, len(result.rows)), EMBEDDING_SHARD_ROWS)):
-        rows = result.rows[s:s + EMBEDDING_SHARD_ROWS]
-        flat = pa.array(result.embeddings[s:s + EMBEDDING_SHARD_ROWS].reshape(-1), type=pa.float32())
-        t = pa.table({"doc_id": id_array(table.ids[rows]), "text_hash": pa.array(hashes[rows], pa.uint64()),
-                      "embedding": pa.FixedSizeListArray.from_arrays(flat, dim)})
-        pq.write_table(t.replace_schema_metadata(meta), folder / f"part-{shard:05d}.parquet",
-                       compression=None if compression == "none" else compression)
-        shards += 1
-    return shards
+    offs = table.part_offsets
+    cuts = np.searchsorted(result.rows, offs)
+    tasks = []
+    for p, part in enumerate(result.parts):
+        rows = result.rows[cuts[p]:cuts[p + 1]]
+        if len(rows) or (p == len(result.parts) - 1 and not tasks):
+            tasks.append(dask.delayed(_write_embedding_part)(part, id_array(table.ids[rows]), hashes[rows],
+                                                             str(folder / f"part-{p:05d}.parquet"), meta, compression))
+    executor.compute(tasks, "write embeddings")
+    return len(tasks)
 
 
 @dataclass
@@ -136,7 +256,6 @@ class Embedded:
     model: dict  # model_fingerprint
     stats: dict
     steps: dict
-    encoder: Encoder
 
 
 class SemanticDedup:
@@ -147,6 +266,8 @@ class SemanticDedup:
     """
 
     name = "semantic"
+    #: embedded points per bucket of the within-cluster search (a bucket's vectors are in one task)
+    points_per_bucket = 200_000
 
     def __init__(self, cfg: SemanticConfig, policy: str, backend: Backend, progress: bool = False):
         self.cfg, self.policy, self.backend, self.progress = cfg, policy, backend, progress
@@ -154,114 +275,111 @@ class SemanticDedup:
 
     def run(self, ddf, table: DocTable, participants: np.ndarray, hashes: np.ndarray,
             executor: Executor) -> SemanticResult:
-        cfg = self.cfg
-        emb = self.embed(ddf, table, participants, hashes, executor)
-        rows, embeddings, steps = emb.rows, emb.embeddings, emb.steps
-        t0 = time.perf_counter()
-        labels, centroid_cos, n_clusters = self._cluster(embeddings)
-        steps["kmeans"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        pair_a, pair_b, scores, compared = self.backend.semantic.cluster_pairs(embeddings, labels, n_clusters,
-                                                                              cfg.threshold, self.device)
-        priority = keep_priority(cfg.keep, self.policy, table, rows, centroid_cos)
-        canon, similarity = keep_rule(pair_a, pair_b, scores, priority, rows, self.backend.semantic.greedy_keep)
-        steps["within_cluster"] = time.perf_counter() - t0
-
-        m = len(rows)
-        duplicates = int((canon != np.arange(m)).sum())
-        stats = dict(emb.stats, clusters=int(n_clusters), probes=int(labels.shape[1]),
-                     largest_cluster=int(np.bincount(labels[:, 0]).max()) if m else 0, pairs_compared=int(compared),
-                     edges=int(len(scores)), duplicates=duplicates,
-                     step_seconds={k: round(v, 4) for k, v in steps.items()})
-        log.info("semantic: %d documents embedded (%d reused) in %d clusters, %d duplicates", m,
-                 emb.stats["embeddings_reused"], n_clusters, duplicates)
-        # pair_a < pair_b are point indices, so the edges' table rows are ascending too
-        return SemanticResult(rows, rows[canon], similarity, labels[:, 0], centroid_cos, rows[pair_a], rows[pair_b],
-                              scores.astype(np.float64), embeddings, emb.model, stats)
-
-    def embed(self, ddf, table: DocTable, participants: np.ndarray, hashes: np.ndarray,
-              executor: Executor, stored: dict | None = None) -> Embedded:
-        """Embeddings of the ``participants`` (bool[n]) rows long enough and covered by the vocabulary;
-        texts whose hash is in ``stored`` (text hash -> vector) or in ``semantic.reuse_embeddings`` are
-        not encoded again."""
-        cfg = self.cfg
+        cfg, kernels = self.cfg, self.backend.semantic
         steps: dict[str, float] = {}
         t0 = time.perf_counter()
-        offs = table.part_offsets
-        tasks = [dask.delayed(texts_partition)(part, participants[offs[p]:offs[p + 1]], cfg.min_chars)
-                 for p, part in enumerate(ddf.to_delayed())]
-        parts = executor.compute(tasks, "semantic: gather")
-        rows = np.concatenate([offs[p] + r for p, (r, _) in enumerate(parts)]).astype(np.int64)
-        texts = pa.concat_arrays([t for _, t in parts]).to_pylist() if parts else []
-        too_short = int(participants.sum()) - len(rows)
-        steps["gather"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        encoder = Encoder(cfg.model, self.device, cfg.max_tokens, cfg.batch_size, cfg.dtype, threads=executor.workers)
-        model = model_fingerprint(encoder)
-        steps["load_model"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        tokens = encoder.tokenize(texts)
-        covered = self._covered(tokens, encoder.name)
-        rows = rows[covered]
-        token_ids = [t for t, c in zip(tokens.ids, covered) if c]
-        steps["tokenize"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        embeddings, reused = self._embed(encoder, model, token_ids, hashes[rows], stored)
+        parts = executor.persist_tasks(self._embed_tasks(ddf, table, participants, hashes, executor),
+                                       "semantic: embed")
+        counts = executor.compute([dask.delayed(_counts)(p) for p in parts], "semantic: count")
+        stats, model = self._embed_stats(counts)
         steps["embed"] = time.perf_counter() - t0
-        m = len(rows)
-        encoded = m - reused
-        stats = {"model": model["model"], "device": self.device, "documents": int(m), "too_short": too_short,
-                 "outside_vocabulary": int((~covered).sum()), "embeddings_computed": int(encoded),
-                 "embeddings_reused": int(reused), "dim": encoder.dim,
-                 "embeddings_per_s": round(encoded / steps["embed"], 1) if encoded and steps["embed"] > 0 else None}
-        return Embedded(rows, embeddings, model, stats, steps, encoder)
+        stats["embeddings_per_s"] = round(stats["embeddings_computed"] / steps["embed"], 1) \
+            if stats["embeddings_computed"] and steps["embed"] > 0 else None
+        sizes = np.array([c[0] for c in counts], dtype=np.int64)
+        m = int(sizes.sum())
 
-    def _covered(self, tokens, model_name: str) -> np.ndarray:
-        """bool[m]: texts the model's vocabulary covers (``max_unknown_fraction``, ``max_tokens_per_word``)."""
-        covered = np.ones(len(tokens.ids), dtype=bool)
-        if self.cfg.max_unknown_fraction is not None:
-            covered &= tokens.unknown_fraction <= self.cfg.max_unknown_fraction
-        if self.cfg.max_tokens_per_word is not None:
-            covered &= tokens.tokens_per_word <= self.cfg.max_tokens_per_word
-        if not covered.all():
+        t0 = time.perf_counter()
+        n_clusters = max(1, min(m, cfg.n_clusters or max(1, math.ceil(math.sqrt(m)))))
+        sample = self._gather_sample(parts, sizes, executor)
+        if n_clusters > 1:
+            centroids = kernels.kmeans_fit(sample, n_clusters, cfg.seed, cfg.kmeans_iter, len(sample), self.device)
+        else:  # one cluster: its centroid is the mean of the sample k-means would have been fit on
+            centroids = sample.mean(axis=0, keepdims=True) if m else np.zeros((1, stats["dim"]), np.float32)
+        steps["kmeans"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        assigned = executor.persist_tasks([dask.delayed(_assign)(p, centroids, cfg.probes, self.device, kernels.assign)
+                                           for p in parts], "semantic: assign")
+        n_buckets = max(1, math.ceil(m / self.points_per_bucket))
+        pieces = exchange(_split_by_bucket, list(zip(parts, assigned)), n_buckets)
+        found = executor.compute([dask.delayed(_search_bucket)(pieces[b], b, n_buckets, n_clusters, cfg.threshold,
+                                                               self.device, kernels.search_clusters)
+                                  for b in range(n_buckets)] if m else [], "semantic: within-cluster search")
+        gathered = executor.compute([dask.delayed(_labels)(a) for a in assigned], "semantic: gather labels")
+        rows = np.concatenate([g[0] for g in gathered]) if gathered else np.empty(0, np.int64)
+        cluster = np.concatenate([g[1] for g in gathered]) if gathered else np.empty(0, np.int64)
+        centroid_cos = np.concatenate([g[2] for g in gathered]) if gathered else np.empty(0, np.float32)
+        if found:
+            edge_rows = [np.concatenate([f[k] for f in found]) for k in range(5)]
+            row_a, row_b, scores = kernels.first_found(*edge_rows)
+        else:
+            row_a, row_b, scores = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32)
+        compared = sum(f[5] for f in found)
+        pair_a, pair_b = np.searchsorted(rows, row_a), np.searchsorted(rows, row_b)
+        priority = keep_priority(cfg.keep, self.policy, table, rows, centroid_cos)
+        canon, similarity = keep_rule(pair_a, pair_b, scores, priority, rows, kernels.greedy_keep)
+        steps["within_cluster"] = time.perf_counter() - t0
+
+        duplicates = int((canon != np.arange(m)).sum())
+        stats = dict(stats, clusters=int(n_clusters), probes=int(min(cfg.probes, len(centroids))),
+                     largest_cluster=int(np.bincount(cluster).max()) if m else 0, pairs_compared=int(compared),
+                     edges=int(len(scores)), duplicates=duplicates, buckets=int(n_buckets),
+                     step_seconds={k: round(v, 4) for k, v in steps.items()})
+        log.info("semantic: %d documents embedded (%d reused) in %d clusters, %d duplicates", m,
+                 stats["embeddings_reused"], n_clusters, duplicates)
+        # the pairs are sorted by (row_a, row_b) with row_a < row_b
+        return SemanticResult(rows, rows[canon], similarity, cluster, centroid_cos, row_a, row_b,
+                              scores.astype(np.float64), None, model, stats, parts)
+
+    def embed(self, ddf, table: DocTable, participants: np.ndarray, hashes: np.ndarray,
+              executor: Executor) -> Embedded:
+        """Embeddings of the ``participants`` (bool[n]) rows long enough and covered by the vocabulary,
+        gathered to this process (for ingest, whose state keeps them); vectors of texts in
+        ``semantic.reuse_embeddings`` are reused."""
+        t0 = time.perf_counter()
+        parts = executor.compute(self._embed_tasks(ddf, table, participants, hashes, executor), "semantic: embed")
+        stats, model = self._embed_stats([_counts(p) for p in parts])
+        rows = np.concatenate([p.rows for p in parts]) if parts else np.empty(0, np.int64)
+        vectors = np.concatenate([p.vectors for p in parts]) if parts else np.zeros((0, stats["dim"]), np.float32)
+        return Embedded(rows, vectors, model, stats, {"embed": time.perf_counter() - t0})
+
+    def _embed_tasks(self, ddf, table: DocTable, participants: np.ndarray, hashes: np.ndarray, executor: Executor):
+        offs = table.part_offsets
+        # torch threads of a task: local runs share this process's cores among the tasks; on a cluster a
+        # worker's Dask threads are its parallelism, one torch thread each
+        threads = max(1, executor.workers // max(1, ddf.npartitions)) if executor.client is None else 1
+        return [dask.delayed(embed_partition)(part, participants[offs[p]:offs[p + 1]], int(offs[p]),
+                                              hashes[offs[p]:offs[p + 1]], self.cfg, self.device, threads)
+                for p, part in enumerate(ddf.to_delayed())]
+
+    def _embed_stats(self, counts: list) -> tuple[dict, dict]:
+        """The summary's embedding counts from each partition's ``_counts``, and the model's fingerprint."""
+        if counts:
+            model = counts[0][4]
+        else:  # no partition: the model is still loaded, to fail early on a bad one and to fingerprint it
+            cfg = self.cfg
+            model = model_fingerprint(Encoder(cfg.model, self.device, cfg.max_tokens, cfg.batch_size, cfg.dtype))
+        m = sum(c[0] for c in counts)
+        reused = sum(c[3] for c in counts)
+        outside = sum(c[2] for c in counts)
+        if outside:
             log.warning("semantic: %d of %d documents are outside the vocabulary of %s (unknown tokens or "
                         "words split into characters: another language or script) and are not compared; "
-                        "set semantic.model to a model for their language", int((~covered).sum()), len(covered),
-                        model_name)
-        return covered
+                        "set semantic.model to a model for their language", outside, m + outside, model["model"])
+        return {"model": model["model"], "device": self.device, "documents": int(m),
+                "too_short": int(sum(c[1] for c in counts)), "outside_vocabulary": int(outside),
+                "embeddings_computed": int(m - reused), "embeddings_reused": int(reused), "dim": model["dim"]}, model
 
-    def _cluster(self, embeddings: np.ndarray):
-        """k-means; returns ``(labels int64[m, probes], cosine to the nearest centroid float32[m], k)``."""
-        cfg, m = self.cfg, len(embeddings)
-        n_clusters = min(m, cfg.n_clusters or max(1, math.ceil(math.sqrt(m))))
-        if n_clusters > 1:
-            centroids = self.backend.semantic.kmeans_fit(embeddings, n_clusters, cfg.seed, cfg.kmeans_iter,
-                                                         cfg.kmeans_sample, self.device)
-        else:
-            n_clusters = 1
-            centroids = embeddings.mean(axis=0, keepdims=True) if m else np.zeros((1, embeddings.shape[1]), np.float32)
-        labels, centroid_cos = self.backend.semantic.assign(embeddings, centroids, cfg.probes, self.device)
-        return labels, centroid_cos, n_clusters
-
-    def _embed(self, encoder: Encoder, model: dict, token_ids: list, text_hashes: np.ndarray, stored: dict | None):
-        """Embeddings of the tokenized texts; those whose text hash is in ``stored`` or in
-        ``semantic.reuse_embeddings`` are reused. Returns ``(float32[m, dim], number reused)``."""
-        if self.cfg.reuse_embeddings:
-            stored = {**load_embeddings(self.cfg.reuse_embeddings, model), **(stored or {})}
-        if not stored:
-            return encoder.encode_tokens(token_ids, self.progress), 0
-        out = np.empty((len(token_ids), encoder.dim), dtype=np.float32)
-        missing = []
-        for r, h in enumerate(text_hashes.tolist()):
-            vec = stored.get(h)
-            if vec is None:
-                missing.append(r)
-            else:
-                out[r] = vec
-        if missing:
-            out[missing] = encoder.encode_tokens([token_ids[r] for r in missing], self.progress)
-        return out, len(token_ids) - len(missing)
+    def _gather_sample(self, parts: list, sizes: np.ndarray, executor: Executor) -> np.ndarray:
+        """The embeddings k-means is fit on (``kernels.semantic.sample_positions`` of all of them, in table
+        order), gathered from their partitions."""
+        positions = self.backend.semantic.sample_positions(int(sizes.sum()), self.cfg.kmeans_sample, self.cfg.seed)
+        starts = np.concatenate([[0], np.cumsum(sizes)])
+        cuts = np.searchsorted(positions, starts)
+        tasks = [dask.delayed(_take_vectors)(part, positions[cuts[p]:cuts[p + 1]] - starts[p])
+                 for p, part in enumerate(parts) if cuts[p + 1] > cuts[p]]
+        got = executor.compute(tasks, "semantic: k-means sample")
+        return np.concatenate(got) if got else np.zeros((0, 1), np.float32)
 
 
 def keep_priority(keep: str, policy: str, table: DocTable, rows: np.ndarray, centroid_cos: np.ndarray) -> np.ndarray:

@@ -108,7 +108,7 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
             write_batches(edge_batches(table, result.fuzzy, result.semantic, cfg.semantic.threshold, executor),
                           out / "edges.parquet", cfg)
             if result.semantic is not None and cfg.semantic.write_embeddings:
-                write_embeddings(result.semantic, table, result.exact.hashes, out, cfg.output.compression)
+                write_embeddings(result.semantic, table, result.exact.hashes, out, cfg.output.compression, executor)
             if result.contamination is not None:
                 write_json(result.contamination.report, out / "contamination_report.json")
             write_run_index(result, out, collected_at={
@@ -199,10 +199,6 @@ def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Tim
     if semantic_enabled(cfg.semantic):
         if cfg.semantic.enabled is None:
             log.info("semantic stage on because the encoder is installed (--set semantic.enabled=false skips it)")
-        if executor.client is not None:
-            log.warning("semantic: the texts of the %d documents it compares are gathered to this process and "
-                        "embedded here, not on the Dask workers; this process needs memory for them and their "
-                        "embeddings", int(canonical.sum()))
         with timer("semantic"):
             semantic = SemanticDedup(cfg.semantic, cfg.canonical.policy, backend, cfg.run.progress).run(
                 ddf, table, canonical, exact.hashes, executor)
