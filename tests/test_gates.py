@@ -218,6 +218,16 @@ def test_common_ngrams_and_min_matches(tmp_path, bench_file):
     ann = read_annotations(tmp_path / "out").set_index("doc_id")
     assert not ann.loc[[0, 1, 2, 3, 4]].contaminated.any() and ann.loc[9].contaminated
     assert summary["stages"]["contamination"]["ignored_common_ngrams"] == 1
+    # about one document a partition: the documents of an n-gram are counted across partitions
+    padded = [dict(r, text=r["text"] + " " + " ".join(f"w{r['id']}x{k}" for k in range(150))) for r in records]
+    over = dict(bench_overrides(bench_file, max_doc_frequency=3), **{"input.partition_bytes": 1024})
+    whole = run([str(write_jsonl(tmp_path / "padded.jsonl", padded))], tmp_path / "whole",
+                overrides=bench_overrides(bench_file, max_doc_frequency=3))
+    split = run([str(tmp_path / "padded.jsonl")], tmp_path / "split", overrides=over)
+    assert split["stages"]["input"]["partitions"] >= 5 and whole["stages"]["input"]["partitions"] == 1
+    assert split["stages"]["contamination"]["ignored_common_ngrams"] == 1
+    pd.testing.assert_frame_equal(read_annotations(tmp_path / "split"), read_annotations(tmp_path / "whole"))
+    assert not read_annotations(tmp_path / "split").set_index("doc_id").loc[[0, 1, 2, 3, 4]].contaminated.any()
     # one shared 13-gram is not enough when two are required
     one_gram = " ".join(item_text(0).split()[:13])
     src2 = write_jsonl(tmp_path / "d2.jsonl", [{"id": 1, "text": one_gram}, {"id": 2, "text": item_text(0)}])

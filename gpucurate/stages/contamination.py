@@ -188,60 +188,38 @@ class ContaminationGate:
                                   meta=ddf._meta)
 
     def collect(self, ddf, table, executor: Executor) -> ContaminationResult:
+        """The gate's decisions, computed where the matches are: each partition counts the documents of its
+        matched n-grams, the counts are summed pairwise up to one table of at most the index's size (for
+        ``max_doc_frequency``), and each partition then finds its hits, labels and strips its documents.
+        This process gets the contaminated documents' results and the report's hits, nothing per match."""
         cfg, index = self.cfg, self.index
-        parts = executor.compute([dask.delayed(lambda p: p.attrs["contamination"])(p) for p in ddf.to_delayed()],
-                                 "contamination: collect")
         offs = table.part_offsets
-        rows = np.concatenate([offs[p] + d["rows"] for p, d in enumerate(parts)]).astype(np.int64)
-        where = np.concatenate([d["where"] for d in parts]).astype(np.int64)
-        starts = np.concatenate([d["start"] for d in parts]).astype(np.int64)
-        ends = np.concatenate([d["end"] for d in parts]).astype(np.int64)
-        texts = {offs[p] + r: t for p, d in enumerate(parts) for r, t in d["texts"].items()}
-        raws = {offs[p] + r: t for p, d in enumerate(parts) for r, t in d["raw"].items()}
-        seconds = sum(d["seconds"] for d in parts)
-
-        # too common to be evidence: n-grams found in more than max_doc_frequency documents
-        hashes = index.table[where]
-        pair = pd.DataFrame({"row": rows, "hash": hashes}).drop_duplicates()
-        df = pair.groupby("hash").size()
-        common = set(df.index[df > cfg.max_doc_frequency].tolist()) if cfg.max_doc_frequency is not None else set()
-        use = ~np.isin(hashes, np.fromiter(common, np.uint64, len(common))) if common else np.ones(len(rows), bool)
-        which, entry = index.entries(where[use])
-        m = pd.DataFrame({"row": rows[use][which], "item": index.entry_item[entry], "hash": hashes[use][which],
-                          "start": starts[use][which], "end": ends[use][which]})
-        per_item = m.groupby(["row", "item"]).agg(matches=("hash", "nunique"), start=("start", "min"),
-                                                  end=("end", "max")).reset_index()
-        hits = per_item[per_item.matches >= cfg.min_matches].sort_values(["row", "item"], kind="stable")
-
+        parts = ddf.to_delayed()
+        common = np.empty(0, np.uint64)
+        if cfg.max_doc_frequency is not None and parts:
+            counts = [dask.delayed(_ngram_document_counts)(p, index.table) for p in parts]
+            while len(counts) > 1:  # a tree: no task holds more than two tables of the index's size
+                counts = [dask.delayed(_add_counts)(*counts[k:k + 2]) for k in range(0, len(counts), 2)]
+            hashes, docs = executor.compute(counts, "contamination: n-gram document counts")[0]
+            common = hashes[docs > cfg.max_doc_frequency]
+        found = executor.compute([dask.delayed(_partition_hits)(p, int(offs[q]), index, cfg, common)
+                                  for q, p in enumerate(parts)], "contamination: hits")
         n = table.n
         contaminated = np.zeros(n, bool)
-        contaminated[hits.row.to_numpy()] = True
         label = np.full(n, None, dtype=object)
-        for row, group in hits.groupby("row", sort=True):
-            label[row] = "; ".join(f"{index.benchmarks[index.item_benchmark[i]].name}:{index.item_ids[i]} ({k} n-grams)"
-                                   for i, k in zip(group.item, group.matches))
         stripped = np.full(n, None, dtype=object)
         drop = np.zeros(n, bool)
         reason = np.full(n, None, dtype=object)
-        if cfg.action == "drop":
-            drop = contaminated.copy()
-            for r in np.flatnonzero(drop):
-                reason[r] = f"contaminated: {label[r]}"
-        elif cfg.action == "strip":
-            counted = m.merge(hits[["row", "item"]], on=["row", "item"])  # n-grams of the items that count
-            hashes_of = {row: np.unique(g.hash.to_numpy()) for row, g in counted.groupby("row")}
-            for r in np.flatnonzero(contaminated):
-                text, removed = strip_spans(raws[r], hashes_of[r], index.lengths, cfg.strip_window)
-                if removed == 0:
-                    drop[r] = True
-                    reason[r] = f"contaminated: {label[r]}; matched span not located for strip"
-                elif len(text.strip()) < cfg.strip_min_chars:
-                    drop[r] = True
-                    reason[r] = (f"contaminated: {label[r]}; {len(text.strip())} characters left after strip "
-                                 f"< strip_min_chars {cfg.strip_min_chars}")
-                else:
-                    stripped[r] = text
-        report = self._report(hits, table, texts)
+        for f in found:
+            rows = f["rows"]
+            contaminated[rows] = True
+            label[rows] = f["label"]
+            stripped[rows] = f["stripped"]
+            drop[rows] = f["drop"]
+            reason[rows] = f["reason"]
+        hits = pd.concat([f["hits"] for f in found], ignore_index=True) if found else _no_hits()
+        report = self._report(hits, table)
+        seconds = sum(f["seconds"] for f in found)
         stats = {"benchmarks": [b.name for b in self.benchmarks], "items": len(index.item_ids),
                  "ngram": cfg.ngram, "action": cfg.action, "contaminated_documents": int(contaminated.sum()),
                  "dropped": int(drop.sum()), "stripped": int(sum(x is not None for x in stripped)),
@@ -250,7 +228,7 @@ class ContaminationGate:
                  "docs_per_s": round(n / seconds, 1) if seconds > 0 else None}
         return ContaminationResult(contaminated, label, stripped, drop, reason, report, stats)
 
-    def _report(self, hits: pd.DataFrame, table, texts: dict) -> dict:
+    def _report(self, hits: pd.DataFrame, table) -> dict:
         index = self.index
         out = {}
         bench_of_hit = index.item_benchmark[hits.item.to_numpy()] if len(hits) else np.empty(0, np.int64)
@@ -260,11 +238,83 @@ class ContaminationGate:
                 "path": bench.path, "fields": list(bench.fields), "items": index.items_per_benchmark[b],
                 "items_found": int(mine.item.nunique()), "contaminated_documents": int(mine.row.nunique()),
                 "hits": [{"doc_id": _plain(table.ids[r]), "item_id": index.item_ids[i], "matches": int(k),
-                          "matched_text": texts[r].encode("utf-8")[s:e].decode("utf-8", "replace")[:REPORT_TEXT_CHARS]}
-                         for r, i, k, s, e in zip(mine.row, mine.item, mine.matches, mine.start, mine.end)],
+                          "matched_text": t} for r, i, k, t in zip(mine.row, mine.item, mine.matches, mine.text)],
             }
         return {"ngram": self.cfg.ngram, "min_matches": self.cfg.min_matches,
                 "max_doc_frequency": self.cfg.max_doc_frequency, "action": self.cfg.action, "benchmarks": out}
+
+
+def _no_hits() -> pd.DataFrame:
+    return pd.DataFrame({"row": pd.Series([], dtype=np.int64), "item": pd.Series([], dtype=np.int64),
+                         "matches": pd.Series([], dtype=np.int64), "text": pd.Series([], dtype=object)})
+
+
+def _ngram_document_counts(df: pd.DataFrame, table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(hashes, documents)``: each matched n-gram hash of the partition (sorted) and how many of its
+    documents contain it."""
+    d = df.attrs["contamination"]
+    pair = pd.DataFrame({"row": d["rows"], "hash": table[d["where"]]}).drop_duplicates()
+    hashes, docs = np.unique(pair["hash"].to_numpy(np.uint64), return_counts=True)
+    return hashes, docs.astype(np.int64)
+
+
+def _add_counts(a: tuple, b: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
+    if b is None:
+        return a
+    hashes = np.concatenate([a[0], b[0]])
+    docs = np.concatenate([a[1], b[1]])
+    order = np.argsort(hashes, kind="stable")
+    hashes, docs = hashes[order], docs[order]
+    starts = np.flatnonzero(np.r_[True, hashes[1:] != hashes[:-1]]) if len(hashes) else np.zeros(0, np.int64)
+    return hashes[starts], np.add.reduceat(docs, starts) if len(starts) else docs
+
+
+def _partition_hits(df: pd.DataFrame, first_row: int, index: ItemIndex, cfg: ContaminationConfig,
+                    common: np.ndarray) -> dict:
+    """One partition's contaminated documents (table rows, ascending) with their labels, stripped texts,
+    drops and reasons, and its report hits ``(row, item, matches, text)`` in (row, item) order."""
+    d = df.attrs["contamination"]
+    rows, where, starts, ends = (np.asarray(d[k], np.int64) for k in ("rows", "where", "start", "end"))
+    hashes = index.table[where]
+    use = ~np.isin(hashes, common) if len(common) else np.ones(len(rows), bool)
+    which, entry = index.entries(where[use])
+    m = pd.DataFrame({"row": rows[use][which], "item": index.entry_item[entry], "hash": hashes[use][which],
+                      "start": starts[use][which], "end": ends[use][which]})
+    per_item = m.groupby(["row", "item"]).agg(matches=("hash", "nunique"), start=("start", "min"),
+                                              end=("end", "max")).reset_index()
+    hits = per_item[per_item.matches >= cfg.min_matches].sort_values(["row", "item"], kind="stable")
+    local = np.unique(hits.row.to_numpy()).astype(np.int64)
+    label = []
+    for _, group in hits.groupby("row", sort=True):
+        label.append("; ".join(f"{index.benchmarks[index.item_benchmark[i]].name}:{index.item_ids[i]} ({k} n-grams)"
+                               for i, k in zip(group.item, group.matches)))
+    stripped = np.full(len(local), None, dtype=object)
+    drop = np.zeros(len(local), bool)
+    reason = np.full(len(local), None, dtype=object)
+    if cfg.action == "drop":
+        drop[:] = True
+        reason[:] = [f"contaminated: {t}" for t in label]
+    elif cfg.action == "strip":
+        counted = m.merge(hits[["row", "item"]], on=["row", "item"])  # n-grams of the items that count
+        hashes_of = {row: np.unique(g.hash.to_numpy()) for row, g in counted.groupby("row")}
+        for k, r in enumerate(local.tolist()):
+            text, removed = strip_spans(d["raw"][r], hashes_of[r], index.lengths, cfg.strip_window)
+            if removed == 0:
+                drop[k] = True
+                reason[k] = f"contaminated: {label[k]}; matched span not located for strip"
+            elif len(text.strip()) < cfg.strip_min_chars:
+                drop[k] = True
+                reason[k] = (f"contaminated: {label[k]}; {len(text.strip())} characters left after strip "
+                             f"< strip_min_chars {cfg.strip_min_chars}")
+            else:
+                stripped[k] = text
+    texts = d["texts"]
+    report = pd.DataFrame({"row": first_row + hits.row.to_numpy(np.int64), "item": hits.item.to_numpy(np.int64),
+                           "matches": hits.matches.to_numpy(np.int64),
+                           "text": [texts[r].encode("utf-8")[s:e].decode("utf-8", "replace")[:REPORT_TEXT_CHARS]
+                                    for r, s, e in zip(hits.row, hits.start, hits.end)]})
+    return {"rows": first_row + local, "label": np.array(label, dtype=object), "stripped": stripped, "drop": drop,
+            "reason": reason, "hits": report, "seconds": d["seconds"]}
 
 
 def _plain(v):
