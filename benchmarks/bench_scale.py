@@ -12,10 +12,13 @@ families: the share of duplicate families left with one kept document and the un
 processes (1 thread, ``--worker-memory`` each; spill to their local directory), with the Dask LSH and, if
 ``--cluster-components dask``, the Dask connected components; it reports each worker's peak memory.
 ``--cluster-factor F`` instead runs the F-times-Reuters corpus on the cluster and checks it against the
-in-process run of the same corpus.
+in-process run of the same corpus. ``--driver-factors F [F ...]`` runs each F-times-Reuters corpus on a
+fresh cluster and reports the driver's peak memory and its growth per added document (the driver should
+hold no per-document state: issue 17's goal is a flat driver).
 
     python benchmarks/bench_scale.py [--factors 1 10 100]
     python benchmarks/bench_scale.py --factors 1 --cluster-gb 4 --worker-memory 1GB --partition-mb 8
+    python benchmarks/bench_scale.py --factors --driver-factors 1 10
 """
 
 from __future__ import annotations
@@ -103,7 +106,7 @@ def cluster_run(corpus: Path, out: Path, memory: str, partition_mb: int, compone
         client.close()
         fuzzy = summary["stages"]["fuzzy"]
         return {"seconds": round(seconds, 1), "worker_peak_mib": [round(p / 2**20) for p in peaks.values()],
-                "driver_peak_mib": round(driver.mib),
+                "driver_peak_mib": round(driver.mib), "driver_rss_mib": round(driver.peak / 2**20),
                 "fuzzy_lsh": fuzzy.get("lsh", "driver"), "components": fuzzy.get("components", "driver"),
                 "documents": summary["documents_in"], "kept": summary["documents_kept"],
                 "partitions": summary["stages"]["input"]["partitions"],
@@ -127,6 +130,8 @@ def main() -> None:
                     help="in-process runs at these multiples of the Reuters text size (19.4 MB)")
     ap.add_argument("--cluster-gb", type=float, help="run a corpus of this many GB on a 2-worker cluster")
     ap.add_argument("--cluster-factor", type=int, help="run the corpus of this factor on the cluster too")
+    ap.add_argument("--driver-factors", type=int, nargs="*", default=[],
+                    help="cluster runs at these factors: the driver's peak memory as the corpus grows")
     ap.add_argument("--worker-memory", default="2GB")
     ap.add_argument("--partition-mb", type=int, default=16, help="input.partition_bytes of every run (MB)")
     ap.add_argument("--cluster-components", default="auto", choices=["auto", "driver", "dask"])
@@ -188,10 +193,36 @@ def main() -> None:
             results["cluster"] = c
             print_table([c], [k for k in c if not isinstance(c[k], list)] + ["worker_peak_mib"],
                         "the same pipeline on dask scheduler + 2 dask workers")
+        if args.driver_factors:
+            results["driver_scale"] = driver_scale(root, args.driver_factors, args.worker_memory, args.partition_mb,
+                                                   args.cluster_components)
         write_json(results, args.out)
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def driver_scale(root: Path, factors: list[int], memory: str, partition_mb: int, components: str) -> list[dict]:
+    """One cluster run per factor; the driver's peak (above its level before the run, and its whole RSS)
+    and the growth of the former per document from the run before. The driver is this process, already
+    warm, so the peak above entry counts what a run adds, not the imports."""
+    rows = []
+    for factor in factors:
+        corpus = root / f"x{factor}"
+        if not corpus.exists():
+            write_corpus(corpus, factor * REUTERS_TEXT_BYTES)
+        c = cluster_run(corpus, root / f"out-driver-x{factor}", memory, partition_mb, components)
+        row = {"size": f"{factor}x Reuters", "documents": c["documents"], "partitions": c["partitions"],
+               "seconds": c["seconds"], "driver_peak_mib": c["driver_peak_mib"], "driver_rss_mib": c["driver_rss_mib"],
+               "worker_peak_mib": max(c["worker_peak_mib"]) if c["worker_peak_mib"] else None}
+        if rows:
+            grown = (row["driver_peak_mib"] - rows[-1]["driver_peak_mib"]) * 2**20
+            row["driver_bytes_per_added_doc"] = round(grown / max(1, row["documents"] - rows[-1]["documents"]))
+        rows.append(row)
+        print(row, file=sys.stderr)
+        shutil.rmtree(root / f"out-driver-x{factor}", ignore_errors=True)
+    print_table(rows, list(rows[-1]), "the driver's peak memory on dask scheduler + 2 dask workers")
+    return rows
 
 
 def _same_annotations(a: Path, b: Path) -> bool:
