@@ -102,11 +102,8 @@ class Executor:
         if self.client is None:
             with _TqdmCallback(desc, self.progress):
                 return list(dask.compute(*tasks, scheduler=_threads, num_workers=self.workers))
-        from distributed import as_completed
         futures = self.client.compute(tasks)
-        with self._bar(len(futures), desc) as bar:
-            for _ in as_completed(futures):
-                bar.update(1)
+        self._wait(futures, desc)
         return self.client.gather(futures)
 
     def iter_compute(self, tasks: list, desc: str):
@@ -127,12 +124,9 @@ class Executor:
         if self.client is None:
             with _TqdmCallback(desc, self.progress):
                 return collection.persist(scheduler=_threads, num_workers=self.workers)
-        from distributed import as_completed, futures_of
+        from distributed import futures_of
         persisted = self.client.persist(collection)
-        futures = futures_of(persisted)  # wait here, so that step timings and failures belong to this step
-        with self._bar(len(futures), desc) as bar:
-            for _ in as_completed(futures):
-                bar.update(1)
+        self._wait(futures_of(persisted), desc)
         return persisted
 
     def persist_tasks(self, tasks: list, desc: str) -> list:
@@ -140,12 +134,18 @@ class Executor:
         worker's memory); returns delayed objects of the results, in order, for later tasks to take."""
         if self.client is None:
             return [dask.delayed(r, pure=False) for r in self.compute(tasks, desc)]
-        from distributed import as_completed, futures_of
+        from distributed import futures_of
         persisted = self.client.persist(tasks)
-        with self._bar(len(persisted), desc) as bar:
-            for _ in as_completed([f for t in persisted for f in futures_of(t)]):
-                bar.update(1)
+        self._wait([f for t in persisted for f in futures_of(t)], desc)
         return persisted
+
+    def _wait(self, futures: list, desc: str) -> None:
+        """Wait for cluster ``futures`` with a progress bar, so that step timings and failures belong to
+        the step that started them."""
+        from distributed import as_completed
+        with self._bar(len(futures), desc) as bar:
+            for _ in as_completed(futures):
+                bar.update(1)
 
     def _bar(self, total: int, desc: str):
         return tqdm(total=total, desc=desc, unit="part", file=sys.stderr, disable=not self.progress, leave=False)

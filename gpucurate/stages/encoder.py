@@ -136,7 +136,7 @@ class Encoder:
             return out
         lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=n)
         widths = np.minimum(-(-lengths // WIDTH_STEP) * WIDTH_STEP, max(self.max_tokens, int(lengths.max())))
-        order = np.lexsort((np.arange(n), -widths))  # widest first: the largest batch is allocated once
+        order = np.lexsort((np.arange(n), -widths))  # grouped by width, in input order within one
         starts = np.flatnonzero(np.r_[True, widths[order][1:] != widths[order][:-1], True])
         batches = [order[starts[g]:starts[g + 1]][k:k + self.batch_size] for g in range(len(starts) - 1)
                    for k in range(0, int(starts[g + 1] - starts[g]), self.batch_size)]

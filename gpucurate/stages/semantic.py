@@ -289,7 +289,7 @@ class SemanticDedup:
         m = int(sizes.sum())
 
         t0 = time.perf_counter()
-        n_clusters = max(1, min(m, cfg.n_clusters or max(1, math.ceil(math.sqrt(m)))))
+        n_clusters = max(1, min(m, cfg.n_clusters or math.ceil(math.sqrt(m))))
         sample = self._gather_sample(parts, sizes, executor)
         if n_clusters > 1:
             centroids = kernels.kmeans_fit(sample, n_clusters, cfg.seed, cfg.kmeans_iter, len(sample), self.device)
@@ -345,9 +345,7 @@ class SemanticDedup:
 
     def _embed_tasks(self, ddf, table: DocTable, participants: np.ndarray, hashes: np.ndarray, executor: Executor):
         offs = table.part_offsets
-        # torch threads of a task: local runs share this process's cores among the tasks; on a cluster a
-        # worker's Dask threads are its parallelism, one torch thread each
-        threads = max(1, executor.workers // max(1, ddf.npartitions)) if executor.client is None else 1
+        threads = executor.threads_per_task(ddf.npartitions)  # batches a task runs at once
         return [dask.delayed(embed_partition)(part, participants[offs[p]:offs[p + 1]], int(offs[p]),
                                               hashes[offs[p]:offs[p + 1]], self.cfg, self.device, threads)
                 for p, part in enumerate(ddf.to_delayed())]
