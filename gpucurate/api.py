@@ -17,7 +17,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .stages.annotate import partition_slices
 from .engine.backend import select
 from .config import Config, InputConfig, resolve_config
 from .errors import InputError
@@ -84,11 +83,9 @@ def dedup(ddf, config: Config | str | None = None, overrides=None):
         narrow = ddf.map_partitions(_to_narrow, cfg.input, meta=NARROW_META)
     with Executor(cfg.run.scheduler, cfg.run.workers, cfg.run.progress) as executor:
         result = deduplicate(narrow, cfg, executor, select(cfg.run.backend), Timer())
-    table, annotations = result.table, result.annotations
-    offs = table.part_offsets
-    parts = partition_slices(annotations, offs)
+        parts = executor.compute(result.table.column("annotations"), "collect annotations")
     text_col = "_text" if "_ord" in ddf.columns else cfg.input.text_field
-    meta = _attach(ddf._meta, [annotations.slice(0, 0)], text_col)
+    meta = _attach(ddf._meta, [parts[0].slice(0, 0)], text_col)
     return ddf.map_partitions(_attach, parts, text_col, meta=meta)
 
 

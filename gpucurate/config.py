@@ -120,9 +120,10 @@ class FuzzyConfig:
     #: driver: fastest while they fit), dask (shuffled by bucket key and joined on the workers), auto: dask
     #: on a Dask cluster (run.scheduler), driver otherwise. dask needs method minhash, verify and no boilerplate
     lsh: str = _choice("auto", "auto", "driver", "dask")
-    #: where the connected components of the Dask LSH's edges run: driver (the edge list gathered, 24 bytes a
-    #: candidate pair), dask (min-label propagation over Dask DataFrames: only one label per document reaches
-    #: the driver), auto: dask when there are more than driver_max_pairs candidate pairs
+    #: where the connected components of the Dask LSH's edges run: driver (the edge list and the participants
+    #: gathered, 24 bytes a candidate pair), dask (min-label propagation over Dask DataFrames; labels,
+    #: canonicals and similarities stay on the workers), auto: dask on a Dask cluster (run.scheduler: the
+    #: driver then holds nothing per document) or when there are more than driver_max_pairs candidate pairs
     components: str = _choice("auto", "auto", "driver", "dask")
     driver_max_pairs: int = 50_000_000
     #: leave out of signatures and verification the shingles found in more than boilerplate_max_df of the

@@ -103,9 +103,9 @@ def _cli_run(corpus_dir: Path, out: Path, address: str, *settings: str) -> subpr
                           capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("components", ["auto", "dask"])
+@pytest.mark.parametrize("components", ["driver", "auto"])
 def test_run_on_a_command_line_cluster_is_identical(tmp_path, corpus, components):
-    """The Dask LSH (auto on a cluster) with components on the driver (auto: a small edge list) or on Dask."""
+    """The Dask LSH (auto on a cluster) with components on the driver or on Dask (auto on a cluster)."""
     corpus_dir, local = corpus
     cluster = CliCluster(tmp_path)
     try:
@@ -115,7 +115,7 @@ def test_run_on_a_command_line_cluster_is_identical(tmp_path, corpus, components
     assert done.returncode == 0, done.stderr[-3000:]
     pd.testing.assert_frame_equal(read_annotations(tmp_path / "out")[ANNOTATION_COLUMNS], local[ANNOTATION_COLUMNS])
     fuzzy = json.loads((tmp_path / "out" / "summary.json").read_text())["stages"]["fuzzy"]
-    assert fuzzy["lsh"] == "dask" and fuzzy["components"] == ("dask" if components == "dask" else "driver")
+    assert fuzzy["lsh"] == "dask" and fuzzy["components"] == ("driver" if components == "driver" else "dask")
 
 
 def test_a_killed_worker_is_retried_and_the_output_is_complete(tmp_path, corpus):

@@ -183,13 +183,13 @@ def test_a_file_edited_between_the_read_and_the_write_pass_stops_the_run(tmp_pat
     import gpucurate.workflows.run as pipeline
     path = tmp_path / "f.jsonl"
     path.write_bytes(_lines(40))
-    original = pipeline.annotate
+    original = pipeline.annotate_parts
 
     def annotate_then_edit(*args, **kwargs):
         result = original(*args, **kwargs)
         _same_size_edit(path, keep_mtime=True)  # after the read pass, before the writer re-reads
         return result
-    monkeypatch.setattr(pipeline, "annotate", annotate_then_edit)
+    monkeypatch.setattr(pipeline, "annotate_parts", annotate_then_edit)
     with pytest.raises(InputError, match="changed while the run was reading it") as exc:
         gpucurate.run([str(path)], tmp_path / "o", overrides=Q)
     assert str(path) in str(exc.value)

@@ -96,7 +96,10 @@ class Executor:
         return f"dask cluster {self.scheduler_address}" if self.client else f"local threads ({self.workers})"
 
     def compute(self, tasks: list, desc: str) -> list:
-        """Compute delayed ``tasks``; return their results in order."""
+        """Compute delayed ``tasks``; return their results in order (to this process)."""
+        return self._compute(tasks, desc)
+
+    def _compute(self, tasks: list, desc: str) -> list:
         if not tasks:
             return []
         if self.client is None:
@@ -132,8 +135,8 @@ class Executor:
     def persist_tasks(self, tasks: list, desc: str) -> list:
         """Compute delayed ``tasks`` and keep each result where it was computed (on a cluster, in its
         worker's memory); returns delayed objects of the results, in order, for later tasks to take."""
-        if self.client is None:
-            return [dask.delayed(r, pure=False) for r in self.compute(tasks, desc)]
+        if self.client is None:  # the results stay here, in the process that runs the tasks
+            return [dask.delayed(r, pure=False) for r in self._compute(tasks, desc)]
         from distributed import futures_of
         persisted = self.client.persist(tasks)
         self._wait([f for t in persisted for f in futures_of(t)], desc)

@@ -8,7 +8,10 @@ every partition, in partition order, so what it sees does not depend on where th
 
 from __future__ import annotations
 
+import math
+
 import dask
+import numpy as np
 
 
 def exchange(split, inputs: list, n_buckets: int, *args) -> list[list]:
@@ -25,3 +28,72 @@ def exchange(split, inputs: list, n_buckets: int, *args) -> list[list]:
     """
     split_parts = [dask.delayed(split, nout=n_buckets)(*item, n_buckets, *args) for item in inputs]
     return [[part[b] for part in split_parts] for b in range(n_buckets)]
+
+
+def owner_groups(n_parts: int) -> np.ndarray:
+    """int64[g + 1] bounds of ``g = ceil(sqrt(n_parts))`` groups of consecutive partitions: a row lookup has one
+    bucket task per group, so it makes about ``2 n_parts sqrt(n_parts)`` pieces instead of ``n_parts ** 2``."""
+    groups = max(1, math.ceil(math.sqrt(n_parts)))
+    return np.unique(np.linspace(0, n_parts, groups + 1).round().astype(np.int64))
+
+
+def to_owners(rows: np.ndarray, columns: tuple, part_offsets: np.ndarray) -> tuple:
+    """Split ``rows`` (global, ascending) and the arrays ``columns`` aligned with them by the partition that
+    holds each row: one ``(rows, *columns)`` piece per partition."""
+    cuts = np.searchsorted(rows, part_offsets)
+    return tuple((rows[cuts[p]:cuts[p + 1]],) + tuple(c[cuts[p]:cuts[p + 1]] for c in columns)
+                 for p in range(len(part_offsets) - 1))
+
+
+def lookup(executor, requests: list, owners: list, part_offsets: np.ndarray, answer, desc: str) -> list:
+    """Answers about rows, computed by the partitions that hold them; nothing passes through this process.
+
+    Parameters
+    ----------
+    executor : ``engine.executor.Executor``; each step's results are kept where they were computed.
+    requests : per partition ``p``, a (delayed) int64 array of global rows it asks about (repeats allowed).
+    owners : per partition ``q``, a (delayed) object with what ``answer`` needs of its rows.
+    part_offsets : int64[P + 1]: partition ``q`` holds rows ``part_offsets[q]:part_offsets[q + 1]``.
+    answer : ``answer(owner_q, local_rows, counts) -> tuple of arrays`` aligned with ``local_rows`` (int64,
+        unique, ascending, relative to ``q``); ``counts[k]``: how many requests of all partitions asked for
+        that row (what a group-by count needs).
+
+    Returns
+    -------
+    Per partition ``p``, a delayed tuple of arrays aligned with ``requests[p]``.
+    """
+    n_parts = len(part_offsets) - 1
+    groups = owner_groups(n_parts)
+    row_bounds = part_offsets[groups]
+    # each step is kept before the next takes its pieces: a task's graph then holds its own inputs only
+    split = executor.persist_tasks([dask.delayed(_split_requests)(r, row_bounds) for r in requests], desc)
+    answered = executor.persist_tasks([dask.delayed(_answer_group)(
+        [s[g] for s in split], owners[groups[g]:groups[g + 1]], part_offsets[groups[g]:groups[g + 1] + 1], answer)
+        for g in range(len(groups) - 1)], desc)
+    return executor.persist_tasks([dask.delayed(_merge_answers)(requests[p], [a[p] for a in answered])
+                                   for p in range(n_parts)], desc)
+
+
+def _split_requests(rows: np.ndarray, row_bounds: np.ndarray) -> tuple:
+    unique, counts = np.unique(np.asarray(rows, np.int64), return_counts=True)
+    cuts = np.searchsorted(unique, row_bounds)
+    return tuple((unique[cuts[g]:cuts[g + 1]], counts[cuts[g]:cuts[g + 1]]) for g in range(len(row_bounds) - 1))
+
+
+def _answer_group(pieces: list, owners: list, offsets: np.ndarray, answer) -> tuple:
+    """One group's answers to every partition's requests of its rows, one piece per requesting partition."""
+    asked = np.concatenate([p[0] for p in pieces])
+    unique, inverse = np.unique(asked, return_inverse=True)
+    counts = np.bincount(inverse, weights=np.concatenate([p[1] for p in pieces]), minlength=len(unique))
+    cuts = np.searchsorted(unique, offsets)
+    parts = [answer(owner, unique[cuts[q]:cuts[q + 1]] - offsets[q], counts[cuts[q]:cuts[q + 1]].astype(np.int64))
+             for q, owner in enumerate(owners)]
+    columns = tuple(np.concatenate([p[k] for p in parts]) for k in range(len(parts[0]))) if parts else ()
+    # each piece's rows are unique and ascending: a sorted subset of ``unique``
+    return tuple(tuple(c[np.searchsorted(unique, p[0])] for c in columns) for p in pieces)
+
+
+def _merge_answers(rows: np.ndarray, pieces: list) -> tuple:
+    """A partition's answers in the order of its requests (pieces come in group order, i.e. row order)."""
+    _, inverse = np.unique(np.asarray(rows, np.int64), return_inverse=True)
+    return tuple(np.concatenate([p[k] for p in pieces])[inverse] for k in range(len(pieces[0])))

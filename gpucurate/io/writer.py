@@ -106,6 +106,17 @@ def read_run_table(path: Path, columns: list[str] | None = None) -> pa.Table:
         raise OutputError(f"unreadable Parquet file ({first})", path) from None
 
 
+def iter_run_table(path: Path, columns: list[str] | None = None):
+    """``read_run_table`` a record batch at a time (row groups), for files too large to hold at once."""
+    try:
+        yield from pq.ParquetFile(path).iter_batches(columns=columns)
+    except FileNotFoundError:
+        raise OutputError("missing (the run directory is incomplete)", path) from None
+    except (OSError, pa.ArrowException) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise OutputError(f"unreadable Parquet file ({first})", path) from None
+
+
 def read_run_json(path: Path) -> dict:
     """A JSON file of a run directory (``summary.json``); missing or invalid is an OutputError (exit 1)."""
     try:

@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..config import run_annotation_prefix
 from ..errors import InputError
-from ..io.writer import read_run_json, read_run_table
+from ..io.writer import iter_run_table, read_run_json, read_run_table
 from .samples import edge_thresholds, texts_of
 
 SAMPLE_CHARS = 300
@@ -93,6 +93,34 @@ def _funnel(summary: dict) -> list[dict]:
     return rows
 
 
+def _edge_histograms(path: Path) -> dict:
+    """method -> (pairs, pairs at or above the threshold, counts, bin edges) of ``edges.parquet``'s scores in
+    50 bins over each method's range (``np.histogram``'s bins), read a row group at a time."""
+    def batches():
+        return iter_run_table(path, columns=["method", "score", "above_threshold"])
+    ranges: dict = {}
+    for batch in batches():
+        df = batch.to_pandas()
+        for method, group in df.groupby("method"):
+            low, high = ranges.get(method, (np.inf, -np.inf))
+            ranges[method] = (min(low, group.score.min()), max(high, group.score.max()))
+    out = {m: [0, 0, np.zeros(50, np.int64), np.histogram_bin_edges([], bins=50, range=_span(*r))]
+           for m, r in ranges.items()}
+    for batch in batches():
+        df = batch.to_pandas()
+        for method, group in df.groupby("method"):
+            h = out[method]
+            h[0] += len(group)
+            h[1] += int(group.above_threshold.sum())
+            h[2] += np.histogram(group.score, bins=h[3])[0]
+    return {m: tuple(h) for m, h in out.items()}
+
+
+def _span(low: float, high: float) -> tuple:
+    """``np.histogram``'s range for data from ``low`` to ``high`` (one value: half a unit either side)."""
+    return (low - 0.5, high + 0.5) if low == high else (low, high)
+
+
 def build_report(run_dir: str | Path) -> str:
     run = Path(run_dir)
     if not (run / "summary.json").is_file():
@@ -103,14 +131,19 @@ def build_report(run_dir: str | Path) -> str:
     files = sorted((run / "annotations").glob("part-*.parquet"))
     prefix = run_annotation_prefix(cfg)  # output.annotation_prefix of the run: the part files' column names
     cols = ["doc_id", "dedup_id", "cluster_size", "is_canonical", "drop_stage"]
-    ann = pd.concat([read_run_table(f, columns=[prefix + c for c in cols]).rename_columns(cols).to_pandas()
-                     for f in files], ignore_index=True)
+    # one part file at a time: what is kept grows with the clusters, not with the documents
+    sizes, top = [], []
+    for f in files:
+        ann = read_run_table(f, columns=[prefix + c for c in cols]).rename_columns(cols).to_pandas()
+        clusters = ann[ann.is_canonical & (ann.cluster_size > 1)]
+        sizes.append(clusters["cluster_size"].to_numpy())
+        top.append(clusters.nlargest(5, "cluster_size", keep="first"))
     parts = [f"<h1>gpucurate run: {summary['documents_in']:,} documents, {summary['documents_kept']:,} kept</h1>",
              f"<p>backend {html.escape(summary['backend'])}, {html.escape(summary['executor'])}, "
              f"{summary['wall_time_s']:.1f} s wall ({summary['docs_per_s'] or 0:,.0f} docs/s)</p>",
              "<h2>Documents per stage</h2>", _table(_funnel(summary), ["stage", "dropped", "remaining"])]
 
-    sizes = ann.loc[ann.is_canonical & (ann.cluster_size > 1), "cluster_size"].to_numpy()
+    sizes = np.concatenate(sizes) if sizes else np.empty(0, np.int64)
     parts.append("<h2>Cluster sizes</h2>")
     if len(sizes):
         bins = np.unique(np.geomspace(2, max(3, sizes.max() + 1), 30).astype(int))
@@ -121,23 +154,24 @@ def build_report(run_dir: str | Path) -> str:
         parts.append("<p>No cluster has more than one document.</p>")
 
     parts.append("<h2>Similarity of candidate pairs</h2>")
-    edges = read_run_table(run / "edges.parquet").to_pandas() if (run / "edges.parquet").is_file() else pd.DataFrame()
     thresholds = edge_thresholds(cfg)
-    if len(edges):
-        for method, group in edges.groupby("method"):
-            counts, bins = np.histogram(group.score, bins=50)
-            chart = _svg_histogram(counts, bins, f"{method} score", "pairs", marker=thresholds[method],
-                                   marker_label=f"threshold {thresholds[method]:.3g}")
-            parts.append(f"<h3>{html.escape(method)}: {len(group):,} pairs, "
-                         f"{int(group.above_threshold.sum()):,} at or above the threshold</h3>" + chart)
-    else:
+    histograms = _edge_histograms(run / "edges.parquet") if (run / "edges.parquet").is_file() else {}
+    for method, (pairs, above, counts, bins) in sorted(histograms.items()):
+        chart = _svg_histogram(counts, bins, f"{method} score", "pairs", marker=thresholds[method],
+                               marker_label=f"threshold {thresholds[method]:.3g}")
+        parts.append(f"<h3>{html.escape(method)}: {pairs:,} pairs, {above:,} at or above the threshold</h3>" + chart)
+    if not histograms:
         parts.append("<p>No candidate pairs.</p>")
 
     parts.append("<h2>Largest clusters</h2>")
-    top = ann[ann.is_canonical & (ann.cluster_size > 1)].nlargest(5, "cluster_size", keep="first")
+    top = pd.concat(top, ignore_index=True).nlargest(5, "cluster_size", keep="first") if top else pd.DataFrame()
     if len(top):
         wanted = set(top.doc_id)
-        members = ann[ann.dedup_id.isin(wanted) & ~ann.is_canonical].groupby("dedup_id").head(2)
+        members = []
+        for f in files:
+            ann = read_run_table(f, columns=[prefix + c for c in cols]).rename_columns(cols).to_pandas()
+            members.append(ann[ann.dedup_id.isin(wanted) & ~ann.is_canonical])
+        members = pd.concat(members, ignore_index=True).groupby("dedup_id").head(2)
         texts = texts_of(run, wanted | set(members.doc_id), text_field)
         for row in top.itertuples():
             sample = [("canonical", row.doc_id)] + [(m.drop_stage, m.doc_id) for m in

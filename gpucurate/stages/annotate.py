@@ -2,44 +2,37 @@
 
 from __future__ import annotations
 
+import dask
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..config import OutputConfig
-from .contamination import ContaminationResult
+from ..engine.executor import Executor
+from ..engine.shuffle import lookup
+from .contamination import CONTAMINATION_COLUMNS, ContaminationResult
 from .exact import ExactResult
 from .fuzzy import FuzzyResult
 from ..io.writer import ID_TYPE_KEY, PARAGRAPH_CUTS
 from .paragraphs import ParagraphResult
 from .quality import QualityResult
 from .semantic import SemanticResult
-from .table import DocTable, id_array
-
-
-def partition_slices(annotations: pa.Table, offsets: np.ndarray) -> list[pa.Table]:
-    """The rows ``offsets[p]:offsets[p + 1]`` of ``annotations`` for each partition ``p``, each with buffers
-    of its own: a zero-copy slice would pickle the whole table into every task of a Dask cluster."""
-    return [annotations.take(pa.array(np.arange(offsets[p], offsets[p + 1], dtype=np.int64)))
-            for p in range(len(offsets) - 1)]
+from .table import DocParts, DocTable, id_array
 
 
 def annotate(table: DocTable, exact: ExactResult, fuzzy: FuzzyResult | None, out: OutputConfig,
              semantic: SemanticResult | None = None, quality: QualityResult | None = None,
              contamination: ContaminationResult | None = None) -> pa.Table:
-    """Annotation columns for every document, in table order (``pa.Table`` with ANNOTATION_COLUMNS).
+    """Annotation columns for every document of a table held in this process, in table order (``pa.Table``
+    with ANNOTATION_COLUMNS); a run's partitions compose the same way by row lookups
+    (``workflows.run``) and share ``annotation_columns``.
 
     Each stage maps the canonicals of the stage before to its own canonicals; a document's final
-    canonical (``dedup_id``) is the composition. ``similarity`` and ``drop_reason`` describe the stage
-    that grouped the document (exact copies inherit their exact canonical's fuzzy similarity).
-    ``keep`` is ``is_canonical`` minus the documents a gate drops: a document that fails a quality rule
-    took part in no dedup stage (it is its own canonical); a contaminated document keeps its dedup
-    columns, and ``drop_stage = contamination`` only when nothing else dropped it.
+    canonical (``dedup_id``) is the composition.
     """
     n = table.n
     rows = np.arange(n, dtype=np.int64)
-    exact_canon = exact.canon
     # each later stage: canonical and score of the rows that took part; the others map to themselves
     fuzzy_of, fuzzy_sim = rows.copy(), np.ones(n, dtype=np.float64)
     if fuzzy is not None:
@@ -49,48 +42,89 @@ def annotate(table: DocTable, exact: ExactResult, fuzzy: FuzzyResult | None, out
     if semantic is not None:
         semantic_of[semantic.rows] = semantic.canon
         semantic_sim[semantic.rows] = semantic.similarity
+    exact_canon = exact.canon
     fuzzy_canon = fuzzy_of[exact_canon]
     final = semantic_of[fuzzy_canon]
+    ids = table.ids
+    gates = Gates(quality.rule >= 0, quality.reasons, None) if quality is not None else None
+    if contamination is not None:
+        c = contamination
+        gates = gates or Gates(np.zeros(n, bool), None, None)
+        gates.contamination = (c.contaminated, c.label, c.stripped, c.drop, c.drop_reason)
+    return annotation_columns(
+        rows, exact_canon, fuzzy_canon, final, ids, ids[exact_canon], ids[fuzzy_canon], ids[final],
+        fuzzy_sim[exact_canon], semantic_sim, np.bincount(final, minlength=n)[final], gates, out,
+        table.int_ids if table.int_ids is not None else ids.dtype.kind == "i",
+        fuzzy.score_kind if fuzzy is not None else "jaccard")
+
+
+class Gates:
+    """What the gates decided about a slice of documents: ``failed`` bool[m] (a quality rule), ``reasons(rows)``
+    the quality messages of the failed positions, and ``contamination``: ``(contaminated bool[m], label object[m],
+    stripped object[m], drop bool[m], drop_reason object[m])`` or None."""
+
+    def __init__(self, failed: np.ndarray, reasons, contamination: tuple | None):
+        self.failed, self.reasons, self.contamination = failed, reasons, contamination
+
+
+def annotation_columns(rows, exact_canon, fuzzy_canon, final, ids, exact_ids, fuzzy_ids, final_ids,
+                       fuzzy_similarity, semantic_similarity, cluster_size, gates: Gates | None, out: OutputConfig,
+                       int_ids: bool, score_kind: str) -> pa.Table:
+    """The annotation columns of ``m`` documents.
+
+    Parameters
+    ----------
+    rows : int64[m] the documents' table rows; exact_canon, fuzzy_canon, final : int64[m] the rows of their
+        exact canonical, of its fuzzy canonical, and of that one's semantic canonical (``dedup_id``).
+    ids, exact_ids, fuzzy_ids, final_ids : the ids of ``rows``, ``exact_canon``, ``fuzzy_canon``, ``final``.
+    fuzzy_similarity : float64[m] the exact canonical's similarity to its fuzzy canonical (an exact copy has
+        the same shingles as its exact canonical, hence the same similarity); semantic_similarity :
+        float64[m] the document's cosine to its semantic canonical; cluster_size : int64[m] documents whose
+        ``final`` is the same.
+    gates : the gates' decisions; int_ids : the run's user ids are integers; score_kind : the fuzzy score.
+
+    ``similarity`` and ``drop_reason`` describe the stage that grouped the document. ``keep`` is
+    ``is_canonical`` minus the documents a gate drops: a document that fails a quality rule took part in no
+    dedup stage (it is its own canonical); a contaminated document keeps its dedup columns, and
+    ``drop_stage = contamination`` only when nothing else dropped it.
+    """
+    n = len(rows)
     is_canonical = final == rows
     exact_dup = exact_canon != rows
     fuzzy_dup = ~exact_dup & (fuzzy_canon != rows)
     semantic_dup = ~exact_dup & ~fuzzy_dup & ~is_canonical
-    # an exact copy has the same shingles as its exact canonical, hence the same similarity to it
-    similarity = np.where(semantic_dup, semantic_sim, fuzzy_sim[exact_canon])
-    cluster_size = np.bincount(final, minlength=n)[final]
+    similarity = np.where(semantic_dup, semantic_similarity, fuzzy_similarity)
 
     drop_stage = np.full(n, None, dtype=object)
     reason = np.full(n, None, dtype=object)
-    str_ids = pd.Series(table.ids).astype(str)
 
-    def describe(mask, target, text):
+    def describe(mask, target_ids, text):
         r = np.flatnonzero(mask)
         drop_stage[r] = text[0]
-        label = text[1] + str_ids.iloc[target[r]].reset_index(drop=True)
+        label = text[1] + pd.Series(target_ids[r], dtype=object).astype(str)
         if text[2]:
             label = label + f" ({text[2]} " + np.char.mod("%.3f", similarity[r]).astype(object) + ")"
         reason[r] = label.to_numpy()
 
-    measure = {"jaccard": "jaccard", "minhash": "estimated jaccard", "simhash": "simhash similarity"}[
-        fuzzy.score_kind if fuzzy is not None else "jaccard"]
-    describe(exact_dup, exact_canon, ("exact", "exact duplicate of ", None))
-    describe(fuzzy_dup, fuzzy_canon, ("fuzzy", "near-duplicate of ", measure))
-    describe(semantic_dup, final, ("semantic", "semantic duplicate of ", "cosine"))
+    measure = {"jaccard": "jaccard", "minhash": "estimated jaccard", "simhash": "simhash similarity"}[score_kind]
+    describe(exact_dup, exact_ids, ("exact", "exact duplicate of ", None))
+    describe(fuzzy_dup, fuzzy_ids, ("fuzzy", "near-duplicate of ", measure))
+    describe(semantic_dup, final_ids, ("semantic", "semantic duplicate of ", "cosine"))
 
     gate_drop = np.zeros(n, bool)
-    if quality is not None and quality.failed.any():
-        r = np.flatnonzero(quality.failed)
+    if gates is not None and gates.failed.any():
+        r = np.flatnonzero(gates.failed)
         drop_stage[r] = "quality"
-        reason[r] = quality.reasons(r)
+        reason[r] = gates.reasons(r)
         gate_drop[r] = True
     contaminated = np.zeros(n, bool)
     label, stripped = np.full(n, None, dtype=object), np.full(n, None, dtype=object)
-    if contamination is not None:
-        contaminated, label, stripped = contamination.contaminated, contamination.label, contamination.stripped
-        r = np.flatnonzero(contamination.drop & ~gate_drop & is_canonical)
+    if gates is not None and gates.contamination is not None:
+        contaminated, label, stripped, drop, drop_reason = gates.contamination
+        r = np.flatnonzero(drop & ~gate_drop & is_canonical)
         drop_stage[r] = "contamination"
-        reason[r] = contamination.drop_reason[r]
-        gate_drop |= contamination.drop
+        reason[r] = drop_reason[r]
+        gate_drop |= drop
     keep = is_canonical & ~gate_drop
 
     if out.weight == "hard":
@@ -100,21 +134,19 @@ def annotate(table: DocTable, exact: ExactResult, fuzzy: FuzzyResult | None, out
     else:  # size: the canonical stands for its whole cluster
         weight = np.where(keep, cluster_size, 0).astype(np.float64)
 
-    ids = table.ids
-    int_ids = table.int_ids if table.int_ids is not None else ids.dtype.kind == "i"
     return pa.table({
         "doc_id": id_array(ids),
-        "dedup_id": id_array(ids[final]),
+        "dedup_id": id_array(final_ids),
         "is_canonical": pa.array(is_canonical),
         "keep": pa.array(keep),
         "drop_stage": pa.array(drop_stage, type=pa.string()),
         "drop_reason": pa.array(reason, type=pa.string()),
         "similarity": pa.array(similarity),
-        "cluster_size": pa.array(cluster_size.astype(np.int64)),
+        "cluster_size": pa.array(np.asarray(cluster_size).astype(np.int64)),
         "weight": pa.array(weight),
-        "exact_group": id_array(ids[exact_canon]),
-        "fuzzy_group": id_array(ids[fuzzy_canon]),
-        "semantic_group": id_array(ids[final]),
+        "exact_group": id_array(exact_ids),
+        "fuzzy_group": id_array(fuzzy_ids),
+        "semantic_group": id_array(final_ids),
         "contaminated": pa.array(contaminated),
         "contamination": pa.array(label, type=pa.string()),
         "stripped_text": pa.array(stripped, type=pa.string()),
@@ -122,6 +154,81 @@ def annotate(table: DocTable, exact: ExactResult, fuzzy: FuzzyResult | None, out
         PARAGRAPH_CUTS: pa.nulls(n, type=pa.list_(pa.int64())),
         "paragraph_chars_removed": pa.array(np.zeros(n, np.int64)),
     }, metadata={ID_TYPE_KEY: b"int64" if int_ids else b"string"})  # the user's id column's type in the parts
+
+
+def annotate_parts(table: DocParts, executor: Executor, out: OutputConfig, fuzzy: bool, semantic: bool,
+                   quality_limits: dict | None, score_kind: str) -> DocParts:
+    """``annotation_columns`` of every partition, computed where the partitions are; the state of each gets an
+    ``annotations`` table. The composition of the stages' canonicals, the ids of the canonicals and the
+    cluster sizes come from row lookups (``engine.shuffle.lookup``) answered by the partitions holding the
+    rows, so no per-document array passes through this process.
+
+    State columns read: ``id``, ``exact_canon``; ``fuzzy_canon`` and ``fuzzy_sim`` when ``fuzzy``;
+    ``semantic_canon`` and ``semantic_sim`` when ``semantic``; ``qrule`` and ``qvalue`` with
+    ``quality_limits``; the ``contamination_*`` columns when present.
+    """
+    offs = table.part_offsets
+    exact_canon = table.column("exact_canon")
+    if fuzzy:
+        owners = table.map(_project, names=("fuzzy_canon", "fuzzy_sim"))
+        fuzzy_of = lookup(executor, exact_canon, owners, offs, _answer_columns, "annotate: fuzzy canonicals")
+        fuzzy_canon = [dask.delayed(_item)(a, 0) for a in fuzzy_of]
+    else:
+        fuzzy_of, fuzzy_canon = [None] * table.npartitions, exact_canon
+    if semantic:
+        owners = table.map(_project, names=("semantic_canon",))
+        final = [dask.delayed(_item)(a, 0) for a in lookup(executor, fuzzy_canon, owners, offs, _answer_columns,
+                                                          "annotate: semantic canonicals")]
+    else:
+        final = fuzzy_canon
+    ids = table.map(_project, names=("id",))
+    final_of = lookup(executor, final, ids, offs, _answer_count_and_ids, "annotate: cluster sizes")
+    group_ids = lookup(executor, [dask.delayed(_concat)(a, b) for a, b in zip(exact_canon, fuzzy_canon)], ids, offs,
+                       _answer_columns, "annotate: group ids")
+    return table.update(executor, _annotate_part, "annotate", fuzzy_canon, final, fuzzy_of, final_of, group_ids,
+                        out=out, int_ids=table.int_ids, score_kind=score_kind, quality_limits=quality_limits)
+
+
+def _project(state: dict, first_row: int, names: tuple) -> tuple:
+    return tuple(state[k] for k in names)
+
+
+def _answer_columns(owner: tuple, local: np.ndarray, counts: np.ndarray) -> tuple:
+    return tuple(column[local] for column in owner)
+
+
+def _answer_count_and_ids(owner: tuple, local: np.ndarray, counts: np.ndarray) -> tuple:
+    return counts, owner[0][local]
+
+
+def _item(answers: tuple, k: int) -> np.ndarray:
+    return answers[k]
+
+
+def _concat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.concatenate([a, b])
+
+
+def _annotate_part(state: dict, first_row: int, fuzzy_canon, final, fuzzy_of, final_of, group_ids, *, out, int_ids,
+                   score_kind, quality_limits) -> dict:
+    m = len(state["ord"])
+    rows = first_row + np.arange(m, dtype=np.int64)
+    exact_canon = state["exact_canon"]
+    fuzzy_similarity = fuzzy_of[1] if fuzzy_of is not None else np.ones(m)
+    semantic_similarity = state["semantic_sim"] if "semantic_sim" in state else np.ones(m)
+    cluster_size, final_ids = final_of
+    (canon_ids,) = group_ids
+    gates = None
+    if quality_limits is not None:
+        result = QualityResult(state["qrule"], state["qvalue"], quality_limits)
+        gates = Gates(result.failed, result.reasons, None)
+    if "contaminated" in state:
+        gates = gates or Gates(np.zeros(m, bool), None, None)
+        gates.contamination = tuple(state[k] for k in CONTAMINATION_COLUMNS)
+    annotations = annotation_columns(rows, exact_canon, fuzzy_canon, final, state["id"], canon_ids[:m],
+                                     canon_ids[m:], final_ids, fuzzy_similarity, semantic_similarity, cluster_size,
+                                     gates, out, int_ids, score_kind)
+    return {"annotations": annotations}
 
 
 def apply_paragraphs(annotations: pa.Table, paragraphs: ParagraphResult, out: OutputConfig) -> pa.Table:
@@ -151,28 +258,44 @@ def alias_table(annotations: pa.Table) -> pa.Table:
                      "stage": df.column("drop_stage"), "similarity": df.column("similarity")})
 
 
-def edge_batches(table: DocTable, fuzzy: FuzzyResult | None, semantic: SemanticResult | None = None,
+#: edges per batch of ``edges.parquet`` (and per id lookup)
+EDGE_BATCH = 1_000_000
+
+
+def edge_batches(table: DocParts, fuzzy: FuzzyResult | None, semantic: SemanticResult | None = None,
                  semantic_threshold: float = 1.0, executor=None):
     """``edges.parquet`` in Arrow tables: every verified fuzzy candidate pair (both ends exact canonicals)
     with its Jaccard (method ``jaccard``, or ``minhash`` estimates without verification), then every
     within-cluster pair of the semantic stage with cosine at or above its threshold (method ``cosine``).
-    Fuzzy edges kept on Dask (``fuzzy.edge_frames``) come one partition at a time."""
+    Fuzzy edges kept on Dask (``fuzzy.edge_frames``) come one partition at a time; the ids of the pairs'
+    rows are asked of the table's partitions ``EDGE_BATCH`` pairs at a time."""
+    def edges(i, j, score, method, threshold):
+        for a in range(0, len(i), EDGE_BATCH):
+            b = a + EDGE_BATCH
+            yield _edges(table, executor, i[a:b], j[a:b], score[a:b], method, threshold)
+
     if fuzzy is not None and fuzzy.edge_frames is not None:
         for part in executor.iter_compute(fuzzy.edge_frames.to_delayed(), "write edges"):
-            yield _edges(table, part["i"].to_numpy(np.int64), part["j"].to_numpy(np.int64),
-                         part["score"].to_numpy(np.float64), fuzzy.score_kind, fuzzy.threshold)
+            yield from edges(part["i"].to_numpy(np.int64), part["j"].to_numpy(np.int64),
+                             part["score"].to_numpy(np.float64), fuzzy.score_kind, fuzzy.threshold)
     elif fuzzy is not None:
-        yield _edges(table, fuzzy.edge_i, fuzzy.edge_j, fuzzy.edge_score, fuzzy.score_kind, fuzzy.threshold)
+        yield from edges(fuzzy.edge_i, fuzzy.edge_j, fuzzy.edge_score, fuzzy.score_kind, fuzzy.threshold)
     if semantic is not None:
-        yield _edges(table, semantic.edge_i, semantic.edge_j, semantic.edge_score, "cosine", semantic_threshold)
-    yield _edges(table, np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), "", 1.0)
+        yield from edges(semantic.edge_i, semantic.edge_j, semantic.edge_score, "cosine", semantic_threshold)
+    yield _edges(table, executor, np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), "", 1.0)
 
 
-def _edges(table: DocTable, i, j, score, method: str, threshold: float) -> pa.Table:
+def _edges(table: DocParts, executor, i, j, score, method: str, threshold: float) -> pa.Table:
+    ids = table.values_at(executor, "id", np.concatenate([i, j])) if len(i) else None
+    ids_a, ids_b = (ids[:len(i)], ids[len(i):]) if ids is not None else (_no_ids(table), _no_ids(table))
     return pa.table({
-        "id_a": id_array(table.ids[i]),
-        "id_b": id_array(table.ids[j]),
+        "id_a": id_array(ids_a),
+        "id_b": id_array(ids_b),
         "score": pa.array(score, type=pa.float64()),
         "above_threshold": pa.array(score >= threshold, type=pa.bool_()),
         "method": pa.array(np.full(len(score), method, dtype=object), type=pa.string()),
     })
+
+
+def _no_ids(table: DocParts) -> np.ndarray:
+    return np.empty(0, np.int64 if table.int_ids and not table.renamed_ids else object)

@@ -77,10 +77,22 @@ def _changed(old: pd.DataFrame, new: pd.DataFrame) -> int:
 
 
 def dask_components(edges, n_rows: int, executor: Executor, npartitions: int) -> tuple[np.ndarray, np.ndarray]:
+    """``component_labels`` collected: ``(nodes, labels)`` int64 arrays over the rows that have an edge,
+    sorted by row."""
+    parts = executor.compute(component_labels(edges, n_rows, executor, npartitions).to_delayed(),
+                             "components: collect")
+    nodes = np.concatenate([p.index.to_numpy(np.int64) for p in parts] + [np.empty(0, np.int64)])
+    values = np.concatenate([p["label"].to_numpy(np.int64) for p in parts] + [np.empty(0, np.int64)])
+    order = np.argsort(nodes, kind="stable")
+    return nodes[order], values[order]
+
+
+def component_labels(edges, n_rows: int, executor: Executor, npartitions: int):
     """Components of the undirected edges ``edges`` (Dask DataFrame with int64 columns ``i``, ``j``).
 
-    Returns ``(nodes, labels)``: int64 arrays over the rows that have an edge, sorted by row, with each
-    row's label the smallest row of its component. Rows without an edge are their own component.
+    Returns the persisted Dask DataFrame of the rows that have an edge (index ``node``, range-partitioned by
+    ``row_divisions(n_rows, npartitions)``) with each row's ``label``: the smallest row of its component.
+    Rows without an edge are their own component.
     """
     import dask.dataframe as dd
     divisions = row_divisions(n_rows, npartitions)
@@ -102,9 +114,4 @@ def dask_components(edges, n_rows: int, executor: Executor, npartitions: int) ->
         labels = new
         log.info("components on Dask: round %d, %d label(s) changed", rounds, changed)
         if changed == 0:
-            break
-    parts = executor.compute(labels.to_delayed(), "components: collect")
-    nodes = np.concatenate([p.index.to_numpy(np.int64) for p in parts] + [np.empty(0, np.int64)])
-    values = np.concatenate([p["label"].to_numpy(np.int64) for p in parts] + [np.empty(0, np.int64)])
-    order = np.argsort(nodes, kind="stable")
-    return nodes[order], values[order]
+            return labels

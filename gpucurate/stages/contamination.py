@@ -188,22 +188,8 @@ class ContaminationGate:
                                   meta=ddf._meta)
 
     def collect(self, ddf, table, executor: Executor) -> ContaminationResult:
-        """The gate's decisions, computed where the matches are: each partition counts the documents of its
-        matched n-grams, the counts are summed pairwise up to one table of at most the index's size (for
-        ``max_doc_frequency``), and each partition then finds its hits, labels and strips its documents.
-        This process gets the contaminated documents' results and the report's hits, nothing per match."""
-        cfg, index = self.cfg, self.index
-        offs = table.part_offsets
-        parts = ddf.to_delayed()
-        common = np.empty(0, np.uint64)
-        if cfg.max_doc_frequency is not None and parts:
-            counts = [dask.delayed(_ngram_document_counts)(p, index.table) for p in parts]
-            while len(counts) > 1:  # a tree: no task holds more than two tables of the index's size
-                counts = [dask.delayed(_add_counts)(*counts[k:k + 2]) for k in range(0, len(counts), 2)]
-            hashes, docs = executor.compute(counts, "contamination: n-gram document counts")[0]
-            common = hashes[docs > cfg.max_doc_frequency]
-        found = executor.compute([dask.delayed(_partition_hits)(p, int(offs[q]), index, cfg, common)
-                                  for q, p in enumerate(parts)], "contamination: hits")
+        """The gate's decisions for a table held in this process (``DocTable``), as arrays in table order."""
+        found, report, stats = self.decide(ddf, table.part_offsets, executor, lambda rows: table.ids[rows])
         n = table.n
         contaminated = np.zeros(n, bool)
         label = np.full(n, None, dtype=object)
@@ -217,31 +203,81 @@ class ContaminationGate:
             stripped[rows] = f["stripped"]
             drop[rows] = f["drop"]
             reason[rows] = f["reason"]
+        return ContaminationResult(contaminated, label, stripped, drop, reason, report, stats)
+
+    def collect_parts(self, ddf, table, executor: Executor) -> tuple:
+        """The gate's decisions for a run's ``DocParts``: ``(table with the CONTAMINATION_COLUMNS in its states,
+        report, stats)``; this process holds the contaminated documents' results only."""
+        found, report, stats = self.decide(ddf, table.part_offsets, executor,
+                                           lambda rows: table.values_at(executor, "id", rows))
+        return table.update(executor, _contamination_columns, "contamination: annotate", found), report, stats
+
+    def decide(self, ddf, part_offsets: np.ndarray, executor: Executor, ids_of) -> tuple:
+        """The gate's decisions, computed where the matches are: each partition counts the documents of its
+        matched n-grams, the counts are summed pairwise up to one table of at most the index's size (for
+        ``max_doc_frequency``), and each partition then finds its hits, labels and strips its documents.
+        Returns per partition a dict of the contaminated rows' results, the report (document ids from
+        ``ids_of(rows)``) and the stats; nothing per match or per clean document comes here."""
+        cfg, index = self.cfg, self.index
+        offs = part_offsets
+        parts = ddf.to_delayed()
+        common = np.empty(0, np.uint64)
+        if cfg.max_doc_frequency is not None and parts:
+            counts = [dask.delayed(_ngram_document_counts)(p, index.table) for p in parts]
+            while len(counts) > 1:  # a tree: no task holds more than two tables of the index's size
+                counts = [dask.delayed(_add_counts)(*counts[k:k + 2]) for k in range(0, len(counts), 2)]
+            hashes, docs = executor.compute(counts, "contamination: n-gram document counts")[0]
+            common = hashes[docs > cfg.max_doc_frequency]
+        found = executor.compute([dask.delayed(_partition_hits)(p, int(offs[q]), index, cfg, common)
+                                  for q, p in enumerate(parts)], "contamination: hits")
         hits = pd.concat([f["hits"] for f in found], ignore_index=True) if found else _no_hits()
-        report = self._report(hits, table)
+        report = self._report(hits, ids_of)
         seconds = sum(f["seconds"] for f in found)
+        n = int(offs[-1])
+        contaminated = sum(len(f["rows"]) for f in found)
         stats = {"benchmarks": [b.name for b in self.benchmarks], "items": len(index.item_ids),
-                 "ngram": cfg.ngram, "action": cfg.action, "contaminated_documents": int(contaminated.sum()),
-                 "dropped": int(drop.sum()), "stripped": int(sum(x is not None for x in stripped)),
+                 "ngram": cfg.ngram, "action": cfg.action, "contaminated_documents": int(contaminated),
+                 "dropped": int(sum(np.sum(f["drop"]) for f in found)),
+                 "stripped": int(sum(x is not None for f in found for x in f["stripped"])),
                  "ignored_common_ngrams": len(common), "index_build_seconds": round(self.build_seconds, 4),
                  "gate_seconds": round(seconds, 4),
                  "docs_per_s": round(n / seconds, 1) if seconds > 0 else None}
-        return ContaminationResult(contaminated, label, stripped, drop, reason, report, stats)
+        return found, report, stats
 
-    def _report(self, hits: pd.DataFrame, table) -> dict:
+    def _report(self, hits: pd.DataFrame, ids_of) -> dict:
         index = self.index
         out = {}
+        hit_ids = ids_of(hits.row.to_numpy(np.int64)) if len(hits) else []
         bench_of_hit = index.item_benchmark[hits.item.to_numpy()] if len(hits) else np.empty(0, np.int64)
         for b, bench in enumerate(self.benchmarks):
             mine = hits[bench_of_hit == b]
             out[bench.name] = {
                 "path": bench.path, "fields": list(bench.fields), "items": index.items_per_benchmark[b],
                 "items_found": int(mine.item.nunique()), "contaminated_documents": int(mine.row.nunique()),
-                "hits": [{"doc_id": _plain(table.ids[r]), "item_id": index.item_ids[i], "matches": int(k),
-                          "matched_text": t} for r, i, k, t in zip(mine.row, mine.item, mine.matches, mine.text)],
+                "hits": [{"doc_id": _plain(hit_ids[h]), "item_id": index.item_ids[i], "matches": int(k),
+                          "matched_text": t} for h, i, k, t in zip(np.flatnonzero(bench_of_hit == b), mine.item,
+                                                                   mine.matches, mine.text)],
             }
         return {"ngram": self.cfg.ngram, "min_matches": self.cfg.min_matches,
                 "max_doc_frequency": self.cfg.max_doc_frequency, "action": self.cfg.action, "benchmarks": out}
+
+
+#: the gate's per-document columns in a run's states (``DocParts``), in ``annotate.Gates.contamination`` order
+CONTAMINATION_COLUMNS = ("contaminated", "contamination_label", "contamination_stripped", "contamination_drop",
+                         "contamination_reason")
+
+
+def _contamination_columns(state: dict, first_row: int, found: dict) -> dict:
+    m = len(state["ord"])
+    local = found["rows"] - first_row
+    columns = {"contaminated": np.zeros(m, bool), "contamination_label": np.full(m, None, object),
+               "contamination_stripped": np.full(m, None, object), "contamination_drop": np.zeros(m, bool),
+               "contamination_reason": np.full(m, None, object)}
+    columns["contaminated"][local] = True
+    for name, key in (("contamination_label", "label"), ("contamination_stripped", "stripped"),
+                      ("contamination_drop", "drop"), ("contamination_reason", "reason")):
+        columns[name][local] = found[key]
+    return columns
 
 
 def _no_hits() -> pd.DataFrame:

@@ -11,7 +11,8 @@ import pandas as pd
 from ..engine.backend import Backend
 from ..config import Config
 from ..engine.executor import Executor
-from .table import DocTable, canonicals
+from ..engine.shuffle import exchange, to_owners
+from .table import DocParts, canonicals, state_policy_key
 from .normalize import arrow_buffers
 from ..kernels.hashing import padded_words
 from ..kernels.text import word_and_char_counts
@@ -49,28 +50,90 @@ class ExactResult:
 
 
 class ExactDedup:
-    """``run(ddf, table, executor, eligible) -> ExactResult``: group identical normalized texts among the
-    ``eligible`` rows (bool[n], default all); the canonical of a group is chosen by ``canonical.policy``.
-    Empty texts are never duplicates."""
+    """``run(ddf, table, executor) -> (table, duplicates)``: group identical normalized texts among the rows
+    that passed the quality rules (state column ``qrule`` < 0 when present); the canonical of a group is
+    chosen by ``canonical.policy``. Empty texts are never duplicates.
+
+    Adds to each partition's state (``DocParts``): ``hash`` uint64, ``empty`` bool, ``words`` and ``chars``
+    int64 of the normalized text, and ``exact_canon`` int64 (the table row of the document's exact
+    canonical, its own when unique). The groups are formed by an exchange on the hash, so no hash passes
+    through this process.
+    """
 
     name = "exact"
+    #: documents per bucket of the exchange by hash (24 bytes each)
+    rows_per_bucket = 4_000_000
 
     def __init__(self, cfg: Config, backend: Backend):
         self.cfg, self.backend = cfg, backend
 
-    def run(self, ddf, table: DocTable, executor: Executor, eligible: np.ndarray | None = None,
-            resident=None) -> ExactResult:
+    def run(self, ddf, table: DocParts, executor: Executor, resident=None) -> tuple[DocParts, int]:
         """``resident``: a ``device.resident.ResidentCorpus`` (GPU backend in one process): each partition's
         text goes up once, its hashes come back and its fuzzy sketches stay on the device."""
         task = text_hash_partition if resident is None else resident_partition
         arg = self.backend if resident is None else resident
-        parts = executor.compute([dask.delayed(task)(p, arg, i) for i, p in enumerate(ddf.to_delayed())],
-                                 "exact: hash")
-        hashes, empty, words, chars = (np.concatenate([p[k] for p in parts]) for k in range(4))
-        eligible = np.ones(table.n, bool) if eligible is None else eligible
-        canon = exact_canonicals(hashes, empty, eligible, table.policy_key(self.cfg.canonical.policy),
-                                 self.cfg.exact.enabled)
-        return ExactResult(hashes, empty, canon, words, chars)
+        n_parts = table.npartitions
+        table = table.update(executor, _hashed, "exact: hash", ddf.to_delayed(), list(range(n_parts)), task=task,
+                             arg=arg)
+        if self.cfg.exact.enabled and table.n:
+            n_buckets = max(1, -(-table.n // self.rows_per_bucket))
+            inputs = [(s, first) for s, first in zip(table.states, table.first_rows())]
+            pieces = exchange(_by_hash, inputs, n_buckets, self.cfg.canonical.policy)
+            groups = executor.persist_tasks([dask.delayed(_group_bucket)(p, table.part_offsets) for p in pieces],
+                                            "exact: group")
+            table = table.update(executor, _with_canonicals, "exact: group", [[g[p] for g in groups]
+                                                                              for p in range(n_parts)])
+        else:
+            table = table.update(executor, _own_canonicals, "exact: group")
+        duplicates = sum(executor.compute(table.map(_duplicates), "exact: count"))
+        return table, int(duplicates)
+
+
+def _hashed(state: dict, first_row: int, df: pd.DataFrame, index: int, *, task, arg) -> dict:
+    hashes, empty, words, chars = task(df, arg, index)
+    return {"hash": hashes, "empty": empty, "words": words, "chars": chars}
+
+
+def _by_hash(state: dict, first_row: int, n_buckets: int, policy: str) -> tuple:
+    """``(hash, policy key, row)`` of the partition's non-empty rows that passed the quality rules, one piece
+    per bucket (``hash % n_buckets``)."""
+    use = ~state["empty"]
+    if "qrule" in state:
+        use &= state["qrule"] < 0
+    local = np.flatnonzero(use)
+    hashes, key = state["hash"][local], state_policy_key(state, policy)[local]
+    rows = first_row + local.astype(np.int64)
+    bucket = (hashes % np.uint64(n_buckets)).astype(np.int64)
+    return tuple((hashes[bucket == b], key[bucket == b], rows[bucket == b]) for b in range(n_buckets))
+
+
+def _group_bucket(pieces: list, part_offsets: np.ndarray) -> tuple:
+    """The duplicates among one bucket's rows, ``(rows, canonical rows)``, one piece per partition."""
+    hashes, key, rows = (np.concatenate([p[k] for p in pieces]) for k in range(3))
+    canon = canonicals(hashes, rows, key)
+    dup = np.flatnonzero(canon != rows)
+    order = dup[np.argsort(rows[dup], kind="stable")]
+    return to_owners(rows[order], (canon[order],), part_offsets)
+
+
+def _with_canonicals(state: dict, first_row: int, pieces: list) -> dict:
+    canon = first_row + np.arange(len(state["hash"]), dtype=np.int64)
+    for rows, of in pieces:
+        canon[rows - first_row] = of
+    return {"exact_canon": canon}
+
+
+def _own_canonicals(state: dict, first_row: int) -> dict:
+    return {"exact_canon": first_row + np.arange(len(state["hash"]), dtype=np.int64)}
+
+
+def _duplicates(state: dict, first_row: int) -> int:
+    return int((state["exact_canon"] != first_row + np.arange(len(state["hash"]))).sum())
+
+
+def exact_result(table: DocParts, executor: Executor) -> ExactResult:
+    """The exact stage's columns of ``table`` as arrays in this process (ingest keeps its collection there)."""
+    return ExactResult(*(table.gather(executor, k) for k in ("hash", "empty", "exact_canon", "words", "chars")))
 
 
 def exact_canonicals(hashes: np.ndarray, empty: np.ndarray, eligible: np.ndarray, key: np.ndarray,

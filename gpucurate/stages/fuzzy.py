@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import dask
 import numpy as np
+import pandas as pd
 
 from ..engine.backend import Backend
 from ..config import FuzzyConfig
@@ -24,7 +25,8 @@ from ..kernels.hashing import permutations
 from ..kernels.minhash import CHAR, WORD
 from ..kernels.pairs import index_of, pack_pairs
 from .sketches import FuzzyParams, Sketches, concat_csr, optimal_bands_rows, remove_hashes, signature_partition
-from .table import DocTable, canonicals
+from ..engine.shuffle import exchange, to_owners
+from .table import DocParts, DocTable, canonicals, state_policy_key
 
 log = logging.getLogger("gpucurate")
 
@@ -148,8 +150,6 @@ class FuzzyDedup:
             resident=None) -> FuzzyResult:
         if resident is not None and resident.params is not None:
             return self._run_resident(table, participants, resident)
-        if self._on_dask(executor):
-            return self._run_dask(ddf, table, participants, executor)
         pk = self.backend.pairs
         t0 = time.perf_counter()
         sk = self.sketch(ddf, table, participants, executor)
@@ -214,30 +214,53 @@ class FuzzyDedup:
         return FuzzyResult(rows, rows[r.canon], r.similarity, rows[r.pi], rows[r.pj], r.scores, self.score_kind,
                            self.score_threshold, self.bands, self.rows_per_band, stats, None)
 
-    def _run_dask(self, ddf, table: DocTable, participants: np.ndarray, executor: Executor) -> FuzzyResult:
+    def run_parts(self, ddf, table: DocParts, participants: list, keys, executor: Executor,
+                  resident=None) -> tuple[DocParts, FuzzyResult]:
+        """The stage over a run's table; ``participants``: per partition, a (delayed) bool mask of its rows to
+        cluster. Adds ``fuzzy_canon`` (int64 row of the canonical), ``fuzzy_sim`` and ``fuzzy_participant``
+        to the partitions' states.
+
+        With the LSH on Dask and the components there (``fuzzy.components``), nothing per document comes to
+        this process: the components' labels go to the partitions of their rows, canonicals are chosen by an
+        exchange on the label and the members' similarities are scored where their sets are. Otherwise the
+        participants' masks, their policy keys (``keys``: ``RowKeys``) and the stage's arrays are here, and
+        the canonicals are sent back to the partitions."""
+        if (resident is None or resident.params is None) and self._on_dask(executor):
+            return self._run_dask(ddf, table, participants, keys, executor)
+        mask = np.concatenate(executor.compute(participants, "fuzzy: participants") or [np.zeros(0, bool)])
+        result = self.run(ddf, keys, mask, executor, resident)
+        return self._scatter(table, result, executor), result
+
+    @staticmethod
+    def _scatter(table: DocParts, result: FuzzyResult, executor: Executor) -> DocParts:
+        return table.scatter(executor, "fuzzy: canonicals", result.rows, (result.canon, result.similarity),
+                             ("fuzzy_canon", "fuzzy_sim"))
+
+    def _run_dask(self, ddf, table: DocParts, participants: list, keys, executor: Executor):
         """LSH, verification and the members' similarity on Dask; components on the driver's edge list, or
         on Dask when there are more than ``fuzzy.driver_max_pairs`` candidate pairs."""
         from .fuzzy_dask import distributed_candidates, gather_edges
         params = self.params()
-        scored, n_pairs, sets, steps = distributed_candidates(ddf, table, participants, params, self.backend,
-                                                              self.cfg, executor)
+        scored, n_pairs, sets, steps = distributed_candidates(ddf, table.part_offsets, participants, params,
+                                                              self.backend, self.cfg, executor)
         t0 = time.perf_counter()
-        rows = np.flatnonzero(participants).astype(np.int64)
-        on_dask = self.cfg.components == "dask" or (self.cfg.components == "auto"
-                                                    and n_pairs > self.cfg.driver_max_pairs)
+        on_dask = self.cfg.components == "dask" or (self.cfg.components == "auto" and (
+            executor.client is not None or n_pairs > self.cfg.driver_max_pairs))
         log.info("fuzzy: %d candidate pairs (%.1f MB as an edge list); components on %s", n_pairs, n_pairs * 24 / 1e6,
                  "Dask (min-label propagation)" if on_dask else "the driver")
         if on_dask:
-            result = self._cluster_on_dask(scored, n_pairs, sets, table, rows, ddf.npartitions, executor)
+            table, result = self._cluster_on_dask(scored, n_pairs, sets, table, participants, executor)
         else:
+            mask = np.concatenate(executor.compute(participants, "fuzzy: participants") or [np.zeros(0, bool)])
             pi, pj, scores = gather_edges(scored, executor)
-            result = self._cluster_edges(table, rows, pi, pj, scores, sets, executor)
+            result = self._cluster_edges(keys, np.flatnonzero(mask).astype(np.int64), pi, pj, scores, sets, executor)
+            table = self._scatter(table, result, executor)
         steps["cluster"] = time.perf_counter() - t0
         result.stats.update(lsh="dask", components="dask" if on_dask else "driver",
                             step_seconds={k: round(v, 4) for k, v in steps.items()})
-        return result
+        return table, result
 
-    def _finish(self, table: DocTable, rows: np.ndarray, labels: np.ndarray, n_pairs: int, n_edges: int,
+    def _finish(self, table, rows: np.ndarray, labels: np.ndarray, n_pairs: int, n_edges: int,
                 similarity_of) -> tuple[np.ndarray, np.ndarray, dict]:
         """Canonicals of the components ``labels`` (int[m] over the participants ``rows``) and each
         member's similarity to its canonical (``similarity_of(member_idx, canon_idx) -> float64[]``)."""
@@ -247,11 +270,14 @@ class FuzzyDedup:
         members = np.flatnonzero(canon_local != np.arange(m))
         if len(members):
             similarity[members] = similarity_of(members, canon_local[members])
-        stats = {"documents": int(m), "method": self.cfg.method, "bands": self.bands, "rows": self.rows_per_band,
-                 "candidate_pairs": int(n_pairs), "edges": int(n_edges),
-                 "clusters": int(len(np.unique(labels[members]))) if len(members) else 0,
-                 "duplicates": int(len(members))}
+        stats = self._cluster_stats(m, n_pairs, n_edges, int(len(np.unique(labels[members]))) if len(members) else 0,
+                                    len(members))
         return canon_local, similarity, stats
+
+    def _cluster_stats(self, documents: int, n_pairs: int, n_edges: int, clusters: int, duplicates: int) -> dict:
+        return {"documents": int(documents), "method": self.cfg.method, "bands": self.bands,
+                "rows": self.rows_per_band, "candidate_pairs": int(n_pairs), "edges": int(n_edges),
+                "clusters": int(clusters), "duplicates": int(duplicates)}
 
     def _cluster_edges(self, table, rows, pi, pj, scores, sets, executor) -> FuzzyResult:
         """Components of the gathered edge list (table rows, sorted by ``(i, j)``)."""
@@ -273,34 +299,51 @@ class FuzzyDedup:
         return FuzzyResult(rows, rows[canon_local], similarity, pi, pj, scores, self.score_kind,
                            self.score_threshold, self.bands, self.rows_per_band, stats, None)
 
-    def _cluster_on_dask(self, scored, n_pairs, sets, table, rows, npartitions, executor) -> FuzzyResult:
-        """Components by min-label propagation on Dask; only per-participant labels reach the driver, and the
-        edges stay on the workers until ``edges.parquet`` is written."""
-        from .components import dask_components, row_divisions
+    #: component members per bucket of the exchange by label
+    members_per_bucket = 4_000_000
+
+    def _cluster_on_dask(self, scored, n_pairs, sets, table: DocParts, participants: list, executor: Executor):
+        """Components by min-label propagation on Dask; each partition gets the labels of its rows, the
+        canonical of each component is chosen by an exchange on the label, and each member's similarity to
+        its canonical is scored where the member's shingle set is. The edges stay on the workers until
+        ``edges.parquet`` is written."""
+        import dask.dataframe as dd
+        from .components import component_labels, row_divisions
         from . import fuzzy_dask
-        from .fuzzy_dask import pair_scores, sorted_edges, stored_scores
-        # range-partitioned on i once: read in order for edges.parquet, searched partition-wise for scores
-        divisions = row_divisions(table.n, max(1, min(npartitions, n_pairs // fuzzy_dask.EDGES_PER_PARTITION + 1)))
+        from .fuzzy_dask import scored_pairs, sorted_edges
+        offs, n_parts = table.part_offsets, table.npartitions
+        # range-partitioned on i once: read in order for edges.parquet
+        divisions = row_divisions(table.n, max(1, min(n_parts, n_pairs // fuzzy_dask.EDGES_PER_PARTITION + 1)))
         t0 = time.perf_counter()
         scored = executor.persist(sorted_edges(scored, divisions), "fuzzy: sort edges (dask)")
         edges = scored[scored["score"] >= self.cfg.threshold - 1e-12]
         n_edges = int(sum(executor.compute([dask.delayed(len)(p) for p in edges.to_delayed()], "fuzzy: count edges")))
         log.info("fuzzy: %d edges sorted on Dask in %.1f s", n_edges, time.perf_counter() - t0)
-        nodes, roots = dask_components(edges, table.n, executor, len(divisions) - 1)
-        labels = np.arange(len(rows), dtype=np.int64)
-        labels[np.searchsorted(rows, nodes)] = np.searchsorted(rows, roots)
-
-        def similarity_of(members, canon):
-            out = stored_scores(scored, divisions, rows[members], rows[canon], executor)
-            miss = np.isnan(out)
-            out[miss] = pair_scores(sets, table.part_offsets, rows[members[miss]], rows[canon[miss]],
-                                    self.backend.pairs.jaccard_pairs, executor)
-            return out
-        canon_local, similarity, stats = self._finish(table, rows, labels, n_pairs, n_edges, similarity_of)
+        labels = component_labels(edges, table.n, executor, len(divisions) - 1)
+        # each step is kept before the next takes its pieces, so a task's graph holds its own inputs only
+        by_owner = executor.persist_tasks([dask.delayed(_labels_by_owner)(part, offs) for part in labels.to_delayed()],
+                                          "fuzzy: labels")
+        n_buckets = max(1, -(-2 * n_edges // self.members_per_bucket))
+        labelled = table.update(executor, _labelled, "fuzzy: labels",
+                                [[b[q] for b in by_owner] for q in range(n_parts)])
+        pieces = exchange(_members_by_label, [(s, first) for s, first in zip(labelled.states, labelled.first_rows())],
+                          n_buckets, self.policy)
+        groups = executor.persist_tasks([dask.delayed(_component_canonicals)(p, offs) for p in pieces],
+                                        "fuzzy: canonicals")
+        table = table.update(executor, _with_canonicals, "fuzzy: canonicals", participants,
+                             [[g[q] for g in groups] for q in range(n_parts)])
+        member_pairs = dd.from_delayed(table.map(_member_pairs), meta=fuzzy_dask.PAIR_ROWS_META, verify_meta=False)
+        # partition q of the scores holds the pairs of q's members
+        similarity = scored_pairs(sets, offs, member_pairs, self.backend.pairs.jaccard_pairs)
+        table = table.update(executor, _with_similarity, "fuzzy: similarity to canonicals", similarity.to_delayed())
+        counts = executor.compute(table.map(_fuzzy_counts) + [g[n_parts] for g in groups], "fuzzy: count")
+        per_part, clusters = counts[:n_parts], counts[n_parts:]
+        stats = self._cluster_stats(sum(c[0] for c in per_part), n_pairs, n_edges, sum(clusters),
+                                    sum(c[1] for c in per_part))
         empty = np.empty(0, np.int64)
-        return FuzzyResult(rows, rows[canon_local], similarity, empty, empty, np.empty(0), self.score_kind,
-                           self.score_threshold, self.bands, self.rows_per_band, stats, None,
-                           edge_frames=scored)
+        return table, FuzzyResult(empty, empty, np.empty(0), empty, empty, np.empty(0), self.score_kind,
+                                  self.score_threshold, self.bands, self.rows_per_band, stats, None,
+                                  edge_frames=scored)
 
     def _drop_boilerplate(self, offsets: np.ndarray, values: np.ndarray, m: int):
         """Remove the shingles contained in more than ``boilerplate_max_df`` of the ``m`` documents.
@@ -337,3 +380,60 @@ class FuzzyDedup:
         results = executor.map_threads(lambda c: jaccard_pairs(offsets, values, pi[c[0]:c[1]], pj[c[0]:c[1]]),
                                        chunks)
         return np.concatenate(results) if results else np.empty(0, np.float64)
+
+
+def _labels_by_owner(labels, part_offsets: np.ndarray) -> tuple:
+    """One partition of the component labels (index ``node``) cut by the table partitions holding the nodes."""
+    nodes = labels.index.to_numpy(np.int64)
+    order = np.argsort(nodes, kind="stable")
+    return to_owners(nodes[order], (labels["label"].to_numpy(np.int64)[order],), part_offsets)
+
+
+def _labelled(state: dict, first_row: int, pieces: list) -> dict:
+    """The partition's rows that have an edge (``fuzzy_nodes``, ascending) and their component labels."""
+    rows = np.concatenate([p[0] for p in pieces]) if pieces else np.empty(0, np.int64)
+    labels = np.concatenate([p[1] for p in pieces]) if pieces else np.empty(0, np.int64)
+    order = np.argsort(rows, kind="stable")
+    return {"fuzzy_nodes": rows[order], "fuzzy_labels": labels[order]}
+
+
+def _members_by_label(state: dict, first_row: int, n_buckets: int, policy: str) -> tuple:
+    """``(label, policy key, row)`` of the partition's rows that have an edge, one piece per bucket
+    (``label % n_buckets``)."""
+    rows, labels = state["fuzzy_nodes"], state["fuzzy_labels"]
+    key = state_policy_key(state, policy)[rows - first_row]
+    bucket = labels % n_buckets
+    return tuple((labels[bucket == b], key[bucket == b], rows[bucket == b]) for b in range(n_buckets))
+
+
+def _component_canonicals(pieces: list, part_offsets: np.ndarray) -> tuple:
+    """One bucket's components: ``(members, canonical rows)`` per table partition, and the number of
+    components (each has at least two rows: an edge)."""
+    labels, key, rows = (np.concatenate([p[k] for p in pieces]) for k in range(3))
+    canon = canonicals(labels, rows, key)
+    members = np.flatnonzero(canon != rows)
+    order = members[np.argsort(rows[members], kind="stable")]
+    return to_owners(rows[order], (canon[order],), part_offsets) + (int(len(np.unique(labels))),)
+
+
+def _with_canonicals(state: dict, first_row: int, participants: np.ndarray, pieces: list) -> dict:
+    canon = first_row + np.arange(len(state["ord"]), dtype=np.int64)
+    for rows, of in pieces:
+        canon[rows - first_row] = of
+    return {"fuzzy_canon": canon, "fuzzy_participant": np.asarray(participants, bool)}
+
+
+def _member_pairs(state: dict, first_row: int) -> pd.DataFrame:
+    local = np.flatnonzero(state["fuzzy_canon"] != first_row + np.arange(len(state["ord"])))
+    return pd.DataFrame({"i": first_row + local.astype(np.int64), "j": state["fuzzy_canon"][local]})
+
+
+def _with_similarity(state: dict, first_row: int, scored: pd.DataFrame) -> dict:
+    similarity = np.ones(len(state["ord"]))
+    similarity[scored["i"].to_numpy(np.int64) - first_row] = scored["score"].to_numpy(np.float64)
+    return {"fuzzy_sim": similarity}
+
+
+def _fuzzy_counts(state: dict, first_row: int) -> tuple:
+    members = state["fuzzy_canon"] != first_row + np.arange(len(state["ord"]))
+    return int(state["fuzzy_participant"].sum()), int(members.sum())

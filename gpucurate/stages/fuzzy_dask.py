@@ -22,7 +22,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..engine.executor import Executor
-from ..kernels.pairs import bucket_pairs, index_of, pack_pairs
+from ..kernels.pairs import bucket_pairs, index_of
 from .sketches import FuzzyParams, signature_partition
 
 log = logging.getLogger("gpucurate")
@@ -33,6 +33,7 @@ _LIST = pd.ArrowDtype(pa.list_(pa.uint64()))
 BANDS_META = pd.DataFrame({"key": pd.Series([], dtype=np.uint64), "row": pd.Series([], dtype=np.int64)})
 SETS_META = pd.DataFrame({"row": pd.Series([], dtype=np.int64), "shingles": pd.Series([], dtype=_LIST)})
 PAIRS_META = pd.DataFrame({"pair": pd.Series([], dtype=np.uint64)})
+PAIR_ROWS_META = pd.DataFrame({"i": pd.Series([], dtype=np.int64), "j": pd.Series([], dtype=np.int64)})
 _LOCATED_META = pd.DataFrame({k: pd.Series([], dtype=np.int64) for k in ("i", "j", "pi", "pj")})
 _SENT_META = pd.DataFrame({"j": pd.Series([], dtype=np.int64), "pi": pd.Series([], dtype=np.int64),
                            "shingles": pd.Series([], dtype=pd.ArrowDtype(pa.large_binary()))})
@@ -165,17 +166,17 @@ def scored_pairs(sets, offsets: np.ndarray, pairs, jaccard_pairs):
                            meta=SCORED_META, verify_meta=False)
 
 
-def distributed_candidates(ddf, table, participants: np.ndarray, params: FuzzyParams, backend, cfg,
+def distributed_candidates(ddf, part_offsets: np.ndarray, participants: list, params: FuzzyParams, backend, cfg,
                            executor: Executor):
-    """Candidate pairs and their scores computed by Dask; returns ``(scored, n_pairs, sets, steps)``:
-    ``scored`` the persisted Dask DataFrame ``(i, j, score)`` of table rows (``i < j``), ``sets`` the
-    persisted shingle sets (for the members' similarity to their canonical)."""
+    """Candidate pairs and their scores computed by Dask from the rows selected by ``participants`` (per
+    partition, a (delayed) bool mask); returns ``(scored, n_pairs, sets, steps)``: ``scored`` the persisted
+    Dask DataFrame ``(i, j, score)`` of table rows (``i < j``), ``sets`` the persisted shingle sets (for the
+    members' similarity to their canonical)."""
     import dask.dataframe as dd
     steps = {}
     t0 = time.perf_counter()
-    offs = table.part_offsets
-    frames = [dask.delayed(sketch_frames, nout=2)(part, participants[offs[p]:offs[p + 1]], int(offs[p]), params,
-                                                  backend)
+    offs = part_offsets
+    frames = [dask.delayed(sketch_frames, nout=2)(part, participants[p], int(offs[p]), params, backend)
               for p, part in enumerate(ddf.to_delayed())]
     bands = dd.from_delayed([f[0] for f in frames], meta=BANDS_META, verify_meta=False)
     sets = dd.from_delayed([f[1] for f in frames], meta=SETS_META, verify_meta=False)
@@ -185,13 +186,12 @@ def distributed_candidates(ddf, table, participants: np.ndarray, params: FuzzyPa
     nparts = max(1, ddf.npartitions)
     pairs = bands.shuffle("key", npartitions=nparts).map_partitions(
         _bucket_pairs, cfg.max_bucket_size, cfg.bucket_anchors, meta=PAIRS_META)
-    pairs = pairs.shuffle("pair", npartitions=nparts).map_partitions(
-        _unique_pairs, meta=pd.DataFrame({"i": pd.Series([], dtype=np.int64), "j": pd.Series([], dtype=np.int64)}))
+    pairs = pairs.shuffle("pair", npartitions=nparts).map_partitions(_unique_pairs, meta=PAIR_ROWS_META)
     pairs = executor.persist(pairs, "fuzzy: candidate pairs (dask)")
     n_pairs = int(sum(executor.compute([dask.delayed(len)(p) for p in pairs.to_delayed()], "fuzzy: count pairs")))
     steps["lsh"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    scored = executor.persist(scored_pairs(sets, table.part_offsets, pairs, backend.pairs.jaccard_pairs),
+    scored = executor.persist(scored_pairs(sets, offs, pairs, backend.pairs.jaccard_pairs),
                               "fuzzy: verify (dask)")
     steps["verify"] = time.perf_counter() - t0
     return scored, n_pairs, sets, steps
@@ -215,33 +215,6 @@ def sorted_edges(scored, divisions: tuple):
     """``scored`` range-partitioned on ``i`` by ``divisions`` and sorted by ``(i, j)`` within each partition,
     so reading the partitions in order gives the driver path's edge order."""
     return scored.set_index("i", divisions=divisions).map_partitions(_in_pair_order, meta=SCORED_META)
-
-
-def _lookup(edges: pd.DataFrame, i: np.ndarray, j: np.ndarray) -> np.ndarray:
-    pos = index_of(pack_pairs(edges["i"].to_numpy(), edges["j"].to_numpy()), pack_pairs(i, j))
-    return np.where(pos >= 0, edges["score"].to_numpy()[np.maximum(pos, 0)], np.nan)
-
-
-def stored_scores(edges, divisions: tuple, a: np.ndarray, b: np.ndarray, executor: Executor) -> np.ndarray:
-    """float64 score of each pair ``(a, b)`` of table rows among ``edges`` (``sorted_edges``: range-partitioned
-    on ``i`` by ``divisions``), NaN where absent. Each partition is searched only for its own rows."""
-    out = np.full(len(a), np.nan)
-    if len(a) == 0:
-        return out
-    i, j = np.minimum(a, b).astype(np.int64), np.maximum(a, b).astype(np.int64)
-    nparts = edges.npartitions
-    part = np.clip(np.searchsorted(np.asarray(divisions), i, side="right") - 1, 0, nparts - 1)
-    order = np.argsort(part, kind="stable")
-    bounds = np.searchsorted(part[order], np.arange(nparts + 1))
-    tasks, where = [], []
-    for k, piece in enumerate(edges.to_delayed()):
-        sel = order[bounds[k]:bounds[k + 1]]
-        if len(sel):
-            tasks.append(dask.delayed(_lookup)(piece, i[sel], j[sel]))
-            where.append(sel)
-    for sel, scores in zip(where, executor.compute(tasks, "fuzzy: stored similarity (dask)")):
-        out[sel] = scores
-    return out
 
 
 def _select_rows(sets: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:

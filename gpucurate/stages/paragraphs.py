@@ -94,8 +94,8 @@ class ParagraphResult:
 
 
 class ParagraphDedup:
-    """``run(ddf) -> ddf`` (spans in partition attrs, fused with reading), ``collect(ddf, table, kept,
-    executor) -> ParagraphResult`` where ``kept`` is bool[n]: the documents that count."""
+    """``run(ddf) -> ddf`` (spans in partition attrs, fused with reading), ``collect(ddf, table, executor,
+    apply)``: the cuts of each partition's documents, where the documents kept by the annotations count."""
 
     name = "paragraphs"
 
@@ -110,35 +110,54 @@ class ParagraphDedup:
     #: spans per bucket of the exchange by span hash
     spans_per_bucket = 2_000_000
 
-    def collect(self, ddf, table, kept: np.ndarray, executor: Executor) -> ParagraphResult:
+    def collect(self, ddf, table, executor: Executor, apply) -> tuple:
+        """Repeated spans of the kept documents, found by an exchange on the span hash; each partition of
+        ``table`` (``DocParts`` with ``annotations``) then gets its cuts, and ``apply(annotations,
+        ParagraphResult) -> annotations`` with them. Returns ``(table, stats)``."""
         cfg = self.cfg
         offs = table.part_offsets
         delayed_parts = ddf.to_delayed()
         sizes = executor.compute([dask.delayed(_span_count)(p) for p in delayed_parts], "paragraphs: count spans")
         n_buckets = max(1, -(-int(sum(sizes)) // self.spans_per_bucket))
-        inputs = [(p, kept[offs[q]:offs[q + 1]], int(offs[q])) for q, p in enumerate(delayed_parts)]
+        kept = table.map(_kept)
+        inputs = [(p, kept[q], int(offs[q])) for q, p in enumerate(delayed_parts)]
         by_hash = exchange(_spans_by_hash, inputs, n_buckets, cfg.min_span_chars)
         buckets = [dask.delayed(_repeated_spans)(pieces, cfg.max_occurrences, cfg.keep) for pieces in by_hash]
         to_cut = exchange(_cuts_by_partition, [(b,) for b in buckets], len(delayed_parts), offs)
-        results = executor.compute(
-            [dask.delayed(_partition_cuts)(p, pieces, int(offs[q]), cfg.min_doc_chars)
-             for q, (p, pieces) in enumerate(zip(delayed_parts, to_cut))]
-            + [dask.delayed(_bucket_counts)(b) for b in buckets], "paragraphs: repeated spans")
+        cuts = [dask.delayed(_partition_cuts)(p, pieces, int(offs[q]), cfg.min_doc_chars)
+                for q, (p, pieces) in enumerate(zip(delayed_parts, to_cut))]
+        table = table.update(executor, _apply_cuts, "paragraphs: repeated spans", cuts, apply=apply)
+        results = executor.compute(table.map(_cut_counts) + [dask.delayed(_bucket_counts)(b) for b in buckets],
+                                   "paragraphs: count")
         per_part, counts = results[:len(delayed_parts)], results[len(delayed_parts):]
-        cuts: list = [cut for r in per_part for cut in r["cuts"]]
-        chars_removed = np.concatenate([r["chars_removed"] for r in per_part]) if per_part else np.zeros(0, np.int64)
-        drop = np.concatenate([r["drop"] for r in per_part]) if per_part else np.zeros(0, bool)
-        reason = np.concatenate([r["reason"] for r in per_part]) if per_part else np.full(0, None, object)
-        doc_chars = np.concatenate([r["doc_chars"] for r in per_part]) if per_part else np.zeros(0, np.int64)
-        counted_chars = int(doc_chars[kept].sum())
+        chars_removed = sum(r["chars_removed"] for r in per_part)
+        counted_chars = sum(r["chars_in_kept_documents"] for r in per_part)
         stats = {"unit": cfg.unit, "distinct_spans_per_document": int(sum(c[0] for c in counts)),
                  "repeated_spans": int(sum(c[1] for c in counts)),
-                 "documents_changed": int((chars_removed > 0).sum()), "chars_removed": int(chars_removed.sum()),
-                 "chars_in_kept_documents": counted_chars,
-                 "share_removed": round(float(chars_removed.sum()) / counted_chars, 5) if counted_chars else 0.0,
-                 "dropped": int(drop.sum()), "seconds": round(sum(r["seconds"] for r in per_part), 4),
-                 "buckets": n_buckets}
-        return ParagraphResult(cuts, chars_removed, drop, reason, stats)
+                 "documents_changed": int(sum(r["documents_changed"] for r in per_part)),
+                 "chars_removed": int(chars_removed), "chars_in_kept_documents": int(counted_chars),
+                 "share_removed": round(float(chars_removed) / counted_chars, 5) if counted_chars else 0.0,
+                 "dropped": int(sum(r["dropped"] for r in per_part)),
+                 "seconds": round(sum(r["seconds"] for r in per_part), 4), "buckets": n_buckets}
+        return table, stats
+
+
+def _kept(state: dict, first_row: int) -> np.ndarray:
+    return np.asarray(state["annotations"].column("keep"))
+
+
+def _apply_cuts(state: dict, first_row: int, cut: dict, *, apply) -> dict:
+    kept = _kept(state, first_row)
+    result = ParagraphResult(cut["cuts"], cut["chars_removed"], cut["drop"], cut["reason"], {})
+    return {"annotations": apply(state["annotations"], result),
+            "paragraph_counts": {"chars_removed": int(cut["chars_removed"].sum()),
+                                 "chars_in_kept_documents": int(cut["doc_chars"][kept].sum()),
+                                 "documents_changed": int((cut["chars_removed"] > 0).sum()),
+                                 "dropped": int(cut["drop"].sum()), "seconds": cut["seconds"]}}
+
+
+def _cut_counts(state: dict, first_row: int) -> dict:
+    return state["paragraph_counts"]
 
 
 def _span_count(df: pd.DataFrame) -> int:

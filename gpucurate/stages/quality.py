@@ -11,12 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import dask
 import numpy as np
 import pandas as pd
 
 from ..config import QualityConfig
-from ..engine.executor import Executor
 from ..kernels.gates import QUALITY_STATS, quality_stats
 from ..kernels.hashing import padded_words
 from .normalize import arrow_buffers
@@ -94,8 +92,8 @@ class QualityResult:
 
 
 class QualityGate:
-    """``run(ddf) -> ddf`` adds the rule columns per partition (fused with reading); ``collect`` gathers
-    them into a ``QualityResult`` in table order."""
+    """``run(ddf) -> ddf`` adds the rule columns per partition (fused with reading): ``_qrule`` and
+    ``_qvalue``, which a run's table keeps in its partitions' states (``qrule``, ``qvalue``)."""
 
     name = "quality"
 
@@ -107,9 +105,6 @@ class QualityGate:
         meta = ddf._meta.assign(_qrule=np.array([], np.int16), _qvalue=np.array([], np.float64))
         return ddf.map_partitions(quality_partition, self.rules, meta=meta)
 
-    def collect(self, ddf, executor: Executor) -> QualityResult:
-        parts = executor.compute([dask.delayed(lambda p: (p["_qrule"].to_numpy(), p["_qvalue"].to_numpy()))(p)
-                                  for p in ddf.to_delayed()], "quality: collect")
-        limits = {key: getattr(self.cfg, key) for _, _, key, _ in RULES}
-        return QualityResult(np.concatenate([p[0] for p in parts]).astype(np.int16),
-                             np.concatenate([p[1] for p in parts]), limits)
+    def limits(self) -> dict:
+        """config key -> limit of every rule (``QualityResult.limits``)."""
+        return {key: getattr(self.cfg, key) for _, _, key, _ in RULES}

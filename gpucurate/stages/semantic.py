@@ -220,30 +220,30 @@ def _search_bucket(pieces: list, bucket: int, n_buckets: int, n_clusters: int, t
     return rows[a], rows[b], score, cluster, probed, compared
 
 
-def _write_embedding_part(part: PartEmbeddings, ids: pa.Array, hashes: np.ndarray, path: str, meta: dict,
+def _write_embedding_part(part: PartEmbeddings, state: dict, first_row: int, path: str, meta: dict,
                           compression: str) -> int:
+    local = part.rows - first_row
     dim = part.vectors.shape[1]
-    t = pa.table({"doc_id": ids, "text_hash": pa.array(hashes, pa.uint64()),
+    t = pa.table({"doc_id": id_array(state["id"][local]), "text_hash": pa.array(state["hash"][local], pa.uint64()),
                   "embedding": pa.FixedSizeListArray.from_arrays(pa.array(part.vectors.reshape(-1), pa.float32()),
                                                                  dim)})
     pq.write_table(t.replace_schema_metadata(meta), path, compression=None if compression == "none" else compression)
     return len(part.rows)
 
 
-def write_embeddings(result: SemanticResult, table: DocTable, hashes: np.ndarray, out_dir: Path,
-                     compression: str, executor: Executor) -> int:
+def write_embeddings(result: SemanticResult, table, out_dir: Path, compression: str, executor: Executor) -> int:
     """``embeddings/part-NNNNN.parquet`` (doc_id, text_hash of the normalized text, embedding), written
-    where the embeddings are: one file per input partition with embedded documents (at least one file)."""
+    where the embeddings are: one file per input partition with embedded documents (at least one file).
+    ``table``: the run's ``DocParts`` (ids and hashes in its states)."""
     folder = out_dir / "embeddings"
     folder.mkdir(parents=True, exist_ok=True)
     meta = {k: str(v) for k, v in result.model.items()}
     offs = table.part_offsets
     cuts = np.searchsorted(result.rows, offs)
     tasks = []
-    for p, part in enumerate(result.parts):
-        rows = result.rows[cuts[p]:cuts[p + 1]]
-        if len(rows) or (p == len(result.parts) - 1 and not tasks):
-            tasks.append(dask.delayed(_write_embedding_part)(part, id_array(table.ids[rows]), hashes[rows],
+    for p, (part, state) in enumerate(zip(result.parts, table.states)):
+        if cuts[p + 1] > cuts[p] or (p == len(result.parts) - 1 and not tasks):
+            tasks.append(dask.delayed(_write_embedding_part)(part, state, int(offs[p]),
                                                              str(folder / f"part-{p:05d}.parquet"), meta, compression))
     executor.compute(tasks, "write embeddings")
     return len(tasks)
@@ -259,11 +259,8 @@ class Embedded:
 
 
 class SemanticDedup:
-    """``run(ddf, table, participants, hashes, executor) -> SemanticResult``.
-
-    ``participants`` is a bool[n] mask of the table rows still canonical after the earlier stages;
-    ``hashes`` the uint64[n] normalized-text hashes of the exact stage (the key of reused embeddings).
-    """
+    """``run(ddf, table, participants, hashes, executor) -> SemanticResult``: the documents still canonical
+    after the earlier stages, compared and kept by the keep rule."""
 
     name = "semantic"
     #: embedded points per bucket of the within-cluster search (a bucket's vectors are in one task)
@@ -273,8 +270,10 @@ class SemanticDedup:
         self.cfg, self.policy, self.backend, self.progress = cfg, policy, backend, progress
         self.device = cfg.device or backend.torch_device
 
-    def run(self, ddf, table: DocTable, participants: np.ndarray, hashes: np.ndarray,
-            executor: Executor) -> SemanticResult:
+    def run(self, ddf, table, participants: list, hashes: list, executor: Executor) -> SemanticResult:
+        """``table``: the part offsets and policy keys (``DocTable`` or ``RowKeys``); ``participants`` and
+        ``hashes``: per partition (arrays or delayed), a bool mask of the rows still canonical and the
+        uint64 normalized-text hashes (the key of reused embeddings)."""
         cfg, kernels = self.cfg, self.backend.semantic
         steps: dict[str, float] = {}
         t0 = time.perf_counter()
@@ -331,8 +330,7 @@ class SemanticDedup:
         return SemanticResult(rows, rows[canon], similarity, cluster, centroid_cos, row_a, row_b,
                               scores.astype(np.float64), None, model, stats, parts)
 
-    def embed(self, ddf, table: DocTable, participants: np.ndarray, hashes: np.ndarray,
-              executor: Executor) -> Embedded:
+    def embed(self, ddf, table, participants: list, hashes: list, executor: Executor) -> Embedded:
         """Embeddings of the ``participants`` (bool[n]) rows long enough and covered by the vocabulary,
         gathered to this process (for ingest, whose state keeps them); vectors of texts in
         ``semantic.reuse_embeddings`` are reused."""
@@ -343,11 +341,11 @@ class SemanticDedup:
         vectors = np.concatenate([p.vectors for p in parts]) if parts else np.zeros((0, stats["dim"]), np.float32)
         return Embedded(rows, vectors, model, stats, {"embed": time.perf_counter() - t0})
 
-    def _embed_tasks(self, ddf, table: DocTable, participants: np.ndarray, hashes: np.ndarray, executor: Executor):
+    def _embed_tasks(self, ddf, table, participants: list, hashes: list, executor: Executor):
         offs = table.part_offsets
         threads = executor.threads_per_task(ddf.npartitions)  # batches a task runs at once
-        return [dask.delayed(embed_partition)(part, participants[offs[p]:offs[p + 1]], int(offs[p]),
-                                              hashes[offs[p]:offs[p + 1]], self.cfg, self.device, threads)
+        return [dask.delayed(embed_partition)(part, participants[p], int(offs[p]), hashes[p], self.cfg, self.device,
+                                              threads)
                 for p, part in enumerate(ddf.to_delayed())]
 
     def _embed_stats(self, counts: list) -> tuple[dict, dict]:

@@ -33,14 +33,14 @@ from ..engine.executor import Executor, quiet_logs
 from ..io.reader import plan_partitions, read_documents
 from ..kernels.pairs import index_of, pack_pairs
 from ..stages.contamination import ContaminationResult
-from ..stages.exact import ExactDedup, ExactResult, exact_canonicals
+from ..stages.exact import ExactDedup, ExactResult, exact_canonicals, exact_result
 from ..stages.fuzzy import FuzzyDedup, FuzzyResult
 from ..stages.sketches import Sketches
 from ..stages.quality import QualityResult
 from ..stages.semantic import SemanticDedup, SemanticResult, keep_priority, keep_rule, semantic_enabled
 from ..engine.failpoints import failpoint
 from .state import Segment, State, StateLock
-from ..stages.table import DocTable, canonicals
+from ..stages.table import DocTable, canonicals, split_rows
 
 log = logging.getLogger("gpucurate")
 
@@ -272,9 +272,11 @@ def compute_batch(state: State, cfg: Config, inputs: list[str], executor: Execut
         locate_key = _locator(specs)
         prep = prepare(read_documents(specs, cfg.input, local=executor.client is None), cfg, executor, backend,
                        locate_key)
-    batch_table = prep.table
     with timer("exact"):
-        exact_b = ExactDedup(cfg, backend).run(prep.ddf, batch_table, executor)
+        hashed, _ = ExactDedup(cfg, backend).run(prep.ddf, prep.table, executor)
+        exact_b = exact_result(hashed, executor)  # its hashes and counts; canonicals are the union's
+    quality_b = prep.quality(executor)
+    batch_table = prep.table = prep.table.to_table(executor)  # the collection is kept in memory
     contamination_b = None
     if prep.contamination_gate.enabled:
         with timer("contamination"):
@@ -283,7 +285,7 @@ def compute_batch(state: State, cfg: Config, inputs: list[str], executor: Execut
     now = pd.Timestamp.now(tz="UTC")
     prior = state.documents()
     union = build_union(prior.to_pandas() if prior is not None else None,
-                        _batch_documents(batch_table, exact_b, prep.quality, contamination_b, now, number),
+                        _batch_documents(batch_table, exact_b, quality_b, contamination_b, now, number),
                         lambda r: locate_key(batch_table.ords[r]))
     docs, table, n = union.docs, union.table, union.table.n
     hashes = docs["text_hash"].to_numpy(np.uint64)
@@ -317,9 +319,9 @@ def compute_batch(state: State, cfg: Config, inputs: list[str], executor: Execut
             semantic, model = _semantic(state, cfg, backend, executor, prep, batch_table, exact_b, union, canonical,
                                         batch_mask, segment, stats)
     quality = None
-    if prep.quality is not None:
+    if quality_b is not None:
         quality = QualityResult(docs["quality_rule"].to_numpy(np.int16), docs["quality_value"].to_numpy(np.float64),
-                                prep.quality.limits)
+                                quality_b.limits)
     contamination = None
     if docs["contaminated"].any() or contamination_b is not None:
         label, stripped = np.full(n, None, object), np.full(n, None, object)
@@ -393,7 +395,9 @@ def _semantic(state, cfg, backend, executor, prep, batch_table, exact_b, union, 
     new_vectors = None
     computed = 0
     if len(need):
-        emb = stage.embed(prep.ddf, batch_table, batch_mask(need), exact_b.hashes, executor)
+        offs = batch_table.part_offsets
+        emb = stage.embed(prep.ddf, batch_table, split_rows(batch_mask(need), offs), split_rows(exact_b.hashes, offs),
+                          executor)
         if model is not None and emb.model["fingerprint"] != model["fingerprint"]:
             raise ConfigError(f"{state.root}: the encoder differs from the one the state's embeddings were made "
                               "with (model, weights or dtype); start a new state for another model")

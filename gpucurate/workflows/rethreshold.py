@@ -162,16 +162,21 @@ def _rethreshold(run: Path, out: Path, overrides, start: float, in_place: bool) 
                                                                  "contamination")).as_py() or 0)
     with timer("write"):
         _rewrite_parts(run, out, annotations, table.part_offsets, cfg.output.annotation_prefix, cfg)
-        write_table(alias_table(annotations), out / "aliases.parquet", cfg)  # the run's compression
+        offs = table.part_offsets  # one row group per partition with aliases, as the run wrote them
+        write_batches([alias_table(annotations.slice(offs[p], offs[p + 1] - offs[p])) for p in range(len(offs) - 1)],
+                      out / "aliases.parquet", cfg)  # the run's compression
         _rewrite_edges(run, edges, method, score, cfg, fuzzy, out)
         _rewrite_run_index(run, out, exact.canon, fuzzy, n)
     for note in notes:
         log.warning("rethreshold: %s", note)
-    result = DedupResult(table, exact, fuzzy, semantic, idx.quality, idx.contamination, None, annotations)
+    keep = int(np.asarray(annotations.column("keep")).sum())
+    counts = {"documents": n, "kept": keep, "empty_texts": int(exact.empty.sum()), "exact_duplicates": exact.duplicates,
+              "text_bytes": int(table.nbytes.sum())}
+    result = DedupResult(None, fuzzy, semantic, idx.quality.stats() if idx.quality is not None else None,
+                         idx.meta["quality_limits"], idx.contamination, None, counts)
     wall = time.perf_counter() - start
     previous = summary.get("rethreshold", {})
     full_wall = previous.get("full_run_wall_time_s", summary["wall_time_s"])
-    keep = int(np.asarray(annotations.column("keep")).sum())
     summary.update({
         "documents_kept": keep, "documents_dropped": n - keep,
         "stages": stage_counts(cfg, result, summary["stages"]["input"]["files"],

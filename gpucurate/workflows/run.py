@@ -6,6 +6,7 @@ reads the raw text (fused with normalization); their decisions are applied at an
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import platform
@@ -17,21 +18,21 @@ import dask
 import numpy as np
 
 from .._version import __version__
-from ..stages.annotate import alias_table, annotate, apply_paragraphs, edge_batches, partition_slices
+from ..stages.annotate import alias_table, annotate_parts, apply_paragraphs, edge_batches
 from ..engine.backend import select
 from ..config import Config, annotation_names, resolve_config
 from ..engine.executor import Executor, quiet_logs
 from ..io.reader import ROW_BITS, plan_partitions, read_documents
 from .runindex import write_run_index
-from ..io.writer import StagedOutput, write_batches, write_json, write_partition, write_table
-from ..stages.contamination import ContaminationGate, ContaminationResult
-from ..stages.exact import ExactDedup, ExactResult
+from ..io.writer import StagedOutput, write_batches, write_json, write_partition
+from ..stages.contamination import ContaminationGate
+from ..stages.exact import ExactDedup
 from ..stages.fuzzy import FuzzyDedup, FuzzyResult
 from ..stages.normalize import Normalize
-from ..stages.paragraphs import ParagraphDedup, ParagraphResult
+from ..stages.paragraphs import ParagraphDedup
 from ..stages.quality import QualityGate, QualityResult
 from ..stages.semantic import SemanticDedup, SemanticResult, semantic_enabled, write_embeddings
-from ..stages.table import DocTable
+from ..stages.table import DocParts, RowKeys
 
 log = logging.getLogger("gpucurate")
 
@@ -98,20 +99,17 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
                  len({p for s in specs for p in s.paths}), executor.description)
         ddf = read_documents(specs, cfg.input, reserved, local=executor.client is None)
         result = deduplicate(ddf, cfg, executor, backend, timer, _locator(specs))
-        table, annotations = result.table, result.annotations
+        table = result.table
         with timer("write"):
-            offs = table.part_offsets
-            tasks = [dask.delayed(write_partition)(spec, cfg, part, table.ords[offs[p]:offs[p + 1]], str(out))
-                     for p, (spec, part) in enumerate(zip(specs, partition_slices(annotations, offs)))]
-            executor.compute(tasks, "write")
-            write_table(alias_table(annotations), out / "aliases.parquet", cfg)
+            executor.compute(table.map(_write_part, specs, cfg=cfg, out=str(out)), "write")
+            write_batches(executor.iter_compute(table.map(_aliases), "write aliases"), out / "aliases.parquet", cfg)
             write_batches(edge_batches(table, result.fuzzy, result.semantic, cfg.semantic.threshold, executor),
                           out / "edges.parquet", cfg)
             if result.semantic is not None and cfg.semantic.write_embeddings:
-                write_embeddings(result.semantic, table, result.exact.hashes, out, cfg.output.compression, executor)
+                write_embeddings(result.semantic, table, out, cfg.output.compression, executor)
             if result.contamination is not None:
                 write_json(result.contamination.report, out / "contamination_report.json")
-            write_run_index(result, out, collected_at={
+            write_run_index(result, out, executor, collected_at={
                 "fuzzy": result.fuzzy.threshold if result.fuzzy is not None else None,
                 "semantic": cfg.semantic.threshold if result.semantic is not None else None})
         wall = time.perf_counter() - start
@@ -128,27 +126,52 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
     return summary
 
 
+def _write_part(state: dict, first_row: int, spec, *, cfg: Config, out: str) -> str:
+    return write_partition(spec, cfg, state["annotations"], state["ord"], out)
+
+
+def _aliases(state: dict, first_row: int):
+    return alias_table(state["annotations"])
+
+
+@dataclass
+class GateOutput:
+    """The contamination gate's run-wide output (its per-document columns are in the partitions' states)."""
+    stats: dict
+    report: dict
+
+
 @dataclass
 class DedupResult:
-    table: DocTable
-    exact: ExactResult
+    """A run's result: the table (``DocParts``) whose partition states hold every per-document column and
+    the ``annotations``, the stages' outputs, and the run-wide ``counts`` (``partition_counts``)."""
+    table: DocParts
     fuzzy: FuzzyResult | None
     semantic: SemanticResult | None
-    quality: QualityResult | None
-    contamination: ContaminationResult | None
-    paragraphs: ParagraphResult | None
-    annotations: object  # pa.Table of ANNOTATION_COLUMNS in table order
+    quality: dict | None  # the quality rules' stats, None when none is set
+    quality_limits: dict | None
+    contamination: GateOutput | None
+    paragraphs: dict | None  # the paragraph stage's stats
+    counts: dict
 
 
 @dataclass
 class Prepared:
-    """A read batch after the partition pass: normalized texts (persisted), the document table, the
-    quality results and the gates whose per-document work runs in the same pass."""
+    """A read batch after the partition pass: normalized texts (persisted), the document table (with the
+    quality columns ``qrule``, ``qvalue`` when rules are set), and the gates whose per-document work runs in
+    the same pass."""
     ddf: object
-    table: DocTable
-    quality: QualityResult | None
+    table: DocParts
+    quality_limits: dict | None
     contamination_gate: ContaminationGate
     paragraph_stage: ParagraphDedup
+
+    def quality(self, executor: Executor) -> QualityResult | None:
+        """The quality columns as arrays in this process (ingest keeps its collection there)."""
+        if self.quality_limits is None:
+            return None
+        return QualityResult(self.table.gather(executor, "qrule").astype(np.int16),
+                             self.table.gather(executor, "qvalue"), self.quality_limits)
 
 
 def prepare(narrow_ddf, cfg: Config, executor: Executor, backend, describe=None) -> Prepared:
@@ -166,54 +189,111 @@ def prepare(narrow_ddf, cfg: Config, executor: Executor, backend, describe=None)
     if cfg.paragraphs.enabled:
         ddf = paragraph_stage.run(ddf)
     ddf = executor.persist(Normalize(cfg.normalize).run(ddf, threads), "read+normalize")
-    table = DocTable.collect(ddf, executor, cfg.input.on_duplicate_id, describe)
-    quality = quality_gate.collect(ddf, executor) if quality_gate.rules else None
-    return Prepared(ddf, table, quality, contamination_gate, paragraph_stage)
+    table = DocParts.collect(ddf, executor, cfg.input.on_duplicate_id, describe)
+    limits = None
+    if quality_gate.rules:
+        table = table.update(executor, _quality_columns, "quality: collect", ddf.to_delayed())
+        limits = quality_gate.limits()
+    return Prepared(ddf, table, limits, contamination_gate, paragraph_stage)
+
+
+def _quality_columns(state: dict, first_row: int, df) -> dict:
+    return {"qrule": df["_qrule"].to_numpy().astype(np.int16), "qvalue": df["_qvalue"].to_numpy()}
 
 
 def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Timer, describe=None) -> DedupResult:
     """Gates and dedup stages over a narrow Dask DataFrame (``io.reader.NARROW_META``); each dedup stage
-    sees only the canonicals of the one before, and documents that fail a quality rule take no part."""
+    sees only the canonicals of the one before, and documents that fail a quality rule take no part.
+
+    Every per-document column stays in the partitions' states (``DocParts``); the fuzzy and semantic stages
+    still take their participants' masks and keys into this process (``RowKeys``) and hand back their
+    canonicals, which go back to the partitions."""
     with timer("read+normalize"):
         prep = prepare(narrow_ddf, cfg, executor, backend, describe)
-    ddf, table, quality = prep.ddf, prep.table, prep.quality
+    ddf, table = prep.ddf, prep.table
     contamination_gate, paragraph_stage = prep.contamination_gate, prep.paragraph_stage
-    eligible = ~quality.failed if quality is not None else np.ones(table.n, bool)
     resident = _resident(cfg, backend, executor)
     with timer("exact"):
-        exact = ExactDedup(cfg, backend).run(ddf, table, executor, eligible, resident)
-    rows = np.arange(table.n)
-    canonical = (exact.canon == rows) & ~exact.empty & eligible
-    if cfg.fuzzy.min_length:
-        units = exact.words if cfg.fuzzy.shingle == "word" else exact.chars
-        canonical_for_fuzzy = canonical & (units >= cfg.fuzzy.min_length)
-    else:
-        canonical_for_fuzzy = canonical
+        table, exact_duplicates = ExactDedup(cfg, backend).run(ddf, table, executor, resident)
+    keys = RowKeys(table, executor)
     fuzzy = None
     if cfg.fuzzy.enabled:
         with timer("fuzzy"):
-            fuzzy = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, backend).run(ddf, table, canonical_for_fuzzy,
-                                                                             executor, resident)
-        canonical[fuzzy.rows[fuzzy.canon != fuzzy.rows]] = False
+            table, fuzzy = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, backend).run_parts(
+                ddf, table, table.map(_fuzzy_candidates, cfg=cfg.fuzzy), keys, executor, resident)
     semantic = None
     if semantic_enabled(cfg.semantic):
         if cfg.semantic.enabled is None:
             log.info("semantic stage on because the encoder is installed (--set semantic.enabled=false skips it)")
         with timer("semantic"):
             semantic = SemanticDedup(cfg.semantic, cfg.canonical.policy, backend, cfg.run.progress).run(
-                ddf, table, canonical, exact.hashes, executor)
+                ddf, keys, table.map(_still_canonical), table.column("hash"), executor)
+            table = table.scatter(executor, "semantic: canonicals", semantic.rows, (
+                semantic.canon, semantic.similarity, semantic.cluster, semantic.centroid_cos),
+                ("semantic_canon", "semantic_sim", "semantic_cluster", "semantic_cos"))
     contamination = None
     if contamination_gate.enabled:
         with timer("contamination"):
-            contamination = contamination_gate.collect(ddf, table, executor)
+            table, report, stats = contamination_gate.collect_parts(ddf, table, executor)
+            contamination = GateOutput(stats, report)
     with timer("annotate"):
-        annotations = annotate(table, exact, fuzzy, cfg.output, semantic, quality, contamination)
+        table = annotate_parts(table, executor, cfg.output, fuzzy is not None, semantic is not None,
+                               prep.quality_limits, fuzzy.score_kind if fuzzy is not None else "jaccard")
     paragraphs = None
     if cfg.paragraphs.enabled:
         with timer("paragraphs"):
-            paragraphs = paragraph_stage.collect(ddf, table, np.asarray(annotations.column("keep")), executor)
-            annotations = apply_paragraphs(annotations, paragraphs, cfg.output)
-    return DedupResult(table, exact, fuzzy, semantic, quality, contamination, paragraphs, annotations)
+            table, paragraphs = paragraph_stage.collect(ddf, table, executor,
+                                                        functools.partial(apply_paragraphs, out=cfg.output))
+    counts = partition_counts(table, executor, exact_duplicates, prep.quality_limits is not None)
+    return DedupResult(table, fuzzy, semantic, counts.pop("quality"), prep.quality_limits, contamination,
+                       paragraphs, counts)
+
+
+def _canonical_with_text(state: dict, first_row: int) -> np.ndarray:
+    """The partition's exact canonicals with text that passed the quality rules."""
+    rows = first_row + np.arange(len(state["hash"]))
+    use = (state["exact_canon"] == rows) & ~state["empty"]
+    if "qrule" in state:
+        use &= state["qrule"] < 0
+    return use
+
+
+def _fuzzy_candidates(state: dict, first_row: int, *, cfg) -> np.ndarray:
+    """The fuzzy stage's participants: ``_canonical_with_text`` with at least ``fuzzy.min_length`` words (or
+    characters)."""
+    use = _canonical_with_text(state, first_row)
+    if cfg.min_length:
+        use &= state["words" if cfg.shingle == "word" else "chars"] >= cfg.min_length
+    return use
+
+
+def _still_canonical(state: dict, first_row: int) -> np.ndarray:
+    """The semantic stage's participants: ``_canonical_with_text`` that are their own fuzzy canonical."""
+    use = _canonical_with_text(state, first_row)
+    if "fuzzy_canon" in state:
+        use &= state["fuzzy_canon"] == first_row + np.arange(len(use))
+    return use
+
+
+def partition_counts(table: DocParts, executor: Executor, exact_duplicates: int, quality: bool) -> dict:
+    """The run-wide counts of the summary, summed from each partition's; ``quality``: the stats of the
+    quality rules (``QualityResult.stats``) when they are set, else None."""
+    parts = executor.compute(table.map(_counts), "count")
+    counts = {"documents": table.n, "text_bytes": table.text_bytes, "exact_duplicates": exact_duplicates,
+              "empty_texts": int(sum(p["empty_texts"] for p in parts)), "kept": int(sum(p["kept"] for p in parts))}
+    by_rule: dict[str, int] = {}
+    for p in parts:
+        for key, k in p["by_rule"].items():
+            by_rule[key] = by_rule.get(key, 0) + k
+    counts["quality"] = {"dropped": int(sum(by_rule.values())), "by_rule": dict(sorted(by_rule.items()))} \
+        if quality else None
+    return counts
+
+
+def _counts(state: dict, first_row: int) -> dict:
+    by_rule = QualityResult(state["qrule"], state["qvalue"], {}).stats()["by_rule"] if "qrule" in state else {}
+    keep = np.asarray(state["annotations"].column("keep"))
+    return {"empty_texts": int(state["empty"].sum()), "kept": int(keep.sum()), "by_rule": by_rule}
 
 
 def _resident(cfg: Config, backend, executor: Executor):
@@ -250,19 +330,18 @@ def _jit_compiled() -> bool:
 
 def stage_counts(cfg: Config, result: DedupResult, files: int, partitions: int) -> dict:
     """``summary.json``'s ``stages``: documents in, dropped and remaining per stage, with each stage's stats."""
-    table, exact, fuzzy, annotations = result.table, result.exact, result.fuzzy, result.annotations
-    n = table.n
-    keep = int(np.asarray(annotations.column("keep")).sum())
-    quality_dropped = int(result.quality.failed.sum()) if result.quality is not None else 0
+    counts, fuzzy = result.counts, result.fuzzy
+    n, keep = counts["documents"], counts["kept"]
+    quality_dropped = result.quality["dropped"] if result.quality is not None else 0
     stages = {
-        "input": {"documents": n, "empty_texts": int(exact.empty.sum()), "files": files,
-                  "partitions": partitions, "text_bytes": int(table.nbytes.sum())},
-        "quality": dict(result.quality.stats(), enabled=True, remaining=n - quality_dropped)
+        "input": {"documents": n, "empty_texts": counts["empty_texts"], "files": files,
+                  "partitions": partitions, "text_bytes": counts["text_bytes"]},
+        "quality": dict(result.quality, enabled=True, remaining=n - quality_dropped)
         if result.quality is not None else {"enabled": False, "dropped": 0, "remaining": n},
     }
     after_quality = n - quality_dropped
-    stages["exact"] = {"enabled": cfg.exact.enabled, "duplicates": exact.duplicates,
-                       "remaining": after_quality - exact.duplicates}
+    stages["exact"] = {"enabled": cfg.exact.enabled, "duplicates": counts["exact_duplicates"],
+                       "remaining": after_quality - counts["exact_duplicates"]}
     if fuzzy is not None:
         stages["fuzzy"] = dict(fuzzy.stats, enabled=True,
                                remaining=stages["exact"]["remaining"] - fuzzy.stats["duplicates"])
@@ -276,11 +355,11 @@ def stage_counts(cfg: Config, result: DedupResult, files: int, partitions: int) 
         stages["semantic"] = {"enabled": False, "duplicates": 0, "remaining": remaining}
     if result.contamination is not None:
         stages["contamination"] = dict(result.contamination.stats, enabled=True, remaining=keep + (
-            result.paragraphs.stats["dropped"] if result.paragraphs is not None else 0))
+            result.paragraphs["dropped"] if result.paragraphs is not None else 0))
     else:
         stages["contamination"] = {"enabled": False, "contaminated_documents": 0, "dropped": 0,
                                    "remaining": stages["semantic"]["remaining"]}
-    stages["paragraphs"] = dict(result.paragraphs.stats, enabled=True, remaining=keep) \
+    stages["paragraphs"] = dict(result.paragraphs, enabled=True, remaining=keep) \
         if result.paragraphs is not None else {"enabled": False, "dropped": 0}
     return stages
 
@@ -294,9 +373,7 @@ def step_throughput(times: dict, text_bytes: int, cores: int) -> dict:
 
 def _summary(cfg, inputs, specs, report, result: DedupResult, timer, wall, backend, executor, cores) -> dict:
     table, fuzzy = result.table, result.fuzzy
-    n = table.n
-    keep = int(np.asarray(result.annotations.column("keep")).sum())
-    text_bytes = int(table.nbytes.sum())
+    n, keep, text_bytes = table.n, result.counts["kept"], table.text_bytes
     stages = stage_counts(cfg, result, len({p for s in specs for p in s.paths}), len(specs))
     return {
         "gpucurate_version": __version__,

@@ -48,39 +48,15 @@ RUN_INDEX = "run_index.parquet"
 _META_KEY = b"gpucurate"
 
 
-def write_run_index(result, out_dir: Path, collected_at: dict) -> Path:
-    """Write ``run_index.parquet`` for a ``pipeline.DedupResult``; ``collected_at`` holds the score
-    thresholds (``fuzzy``, ``semantic``) the stored edges were collected at."""
-    from ..stages.table import id_array
-    table, exact, n = result.table, result.exact, result.table.n
-    quality_rule = result.quality.rule if result.quality is not None else np.full(n, -1, np.int16)
-    quality_value = result.quality.value if result.quality is not None else np.zeros(n)
-    fuzzy_participant = np.zeros(n, bool)
-    if result.fuzzy is not None:
-        fuzzy_participant[result.fuzzy.rows] = True
-    semantic_participant = np.zeros(n, bool)
-    cluster = np.full(n, -1, np.int64)
-    centroid_cos = np.full(n, np.nan, np.float32)
-    if result.semantic is not None:
-        semantic_participant[result.semantic.rows] = True
-        cluster[result.semantic.rows] = result.semantic.cluster
-        centroid_cos[result.semantic.rows] = result.semantic.centroid_cos
-    c = result.contamination
-    columns = {
-        "doc_id": id_array(table.ids), "ord": table.ords, "timestamp": table.timestamps, "nbytes": table.nbytes,
-        "text_hash": pa.array(exact.hashes, pa.uint64()), "empty": exact.empty, "exact_canon": exact.canon,
-        "quality_rule": pa.array(quality_rule, pa.int16()), "quality_value": quality_value,
-        "fuzzy_participant": fuzzy_participant, "semantic_participant": semantic_participant,
-        "semantic_cluster": cluster, "semantic_centroid_cos": centroid_cos,
-        "contaminated": c.contaminated if c is not None else np.zeros(n, bool),
-        "contamination_drop": c.drop if c is not None else np.zeros(n, bool),
-        "contamination_reason": pa.array(c.drop_reason if c is not None else np.full(n, None, object), pa.string()),
-    }
-    fuzzy = result.fuzzy
+def write_run_index(result, out_dir: Path, executor, collected_at: dict) -> Path:
+    """Write ``run_index.parquet`` for a ``run.DedupResult``, one row group per partition computed where the
+    partition's state is; ``collected_at`` holds the score thresholds (``fuzzy``, ``semantic``) the stored
+    edges were collected at."""
+    table, fuzzy = result.table, result.fuzzy
     meta = {
         "part_offsets": table.part_offsets.tolist(),
-        "quality_limits": result.quality.limits if result.quality is not None else None,
-        "contamination": c is not None,
+        "quality_limits": result.quality_limits,
+        "contamination": result.contamination is not None,
         "collected_at": collected_at,
         "fuzzy": None if fuzzy is None else {
             "score_kind": fuzzy.score_kind, "bands": fuzzy.bands, "rows": fuzzy.rows_per_band,
@@ -88,10 +64,43 @@ def write_run_index(result, out_dir: Path, collected_at: dict) -> Path:
             else None},
         "semantic": None if result.semantic is None else {"model": result.semantic.model},
     }
-    t = pa.table({k: v if isinstance(v, pa.Array) else pa.array(v) for k, v in columns.items()})
     path = Path(out_dir) / RUN_INDEX
-    pq.write_table(t.replace_schema_metadata({_META_KEY: json.dumps(meta).encode()}), path)
+    writer = None
+    try:
+        for part in executor.iter_compute(table.map(_run_index_part), "write run index"):
+            if writer is None:
+                schema = part.schema.with_metadata({_META_KEY: json.dumps(meta).encode()})
+                writer = pq.ParquetWriter(path, schema)
+            if part.num_rows or table.n == 0:
+                writer.write_table(part.cast(writer.schema))
+    finally:
+        if writer is not None:
+            writer.close()
     return path
+
+
+def _run_index_part(state: dict, first_row: int) -> pa.Table:
+    """One partition's rows of the run index, from its state (``stages.table.DocParts``)."""
+    from ..stages.table import id_array
+    m = len(state["ord"])
+
+    def column(name, default, dtype=None):
+        return state[name] if name in state else np.full(m, default, dtype)
+    columns = {
+        "doc_id": id_array(state["id"]), "ord": state["ord"], "timestamp": state["ts"], "nbytes": state["nbytes"],
+        "text_hash": pa.array(state["hash"], pa.uint64()), "empty": state["empty"],
+        "exact_canon": state["exact_canon"],
+        "quality_rule": pa.array(column("qrule", -1, np.int16), pa.int16()),
+        "quality_value": column("qvalue", 0.0, np.float64),
+        "fuzzy_participant": column("fuzzy_participant", False, bool),
+        "semantic_participant": column("semantic_participant", False, bool),
+        "semantic_cluster": column("semantic_cluster", -1, np.int64),
+        "semantic_centroid_cos": pa.array(column("semantic_cos", np.nan, np.float32), pa.float32()),
+        "contaminated": column("contaminated", False, bool),
+        "contamination_drop": column("contamination_drop", False, bool),
+        "contamination_reason": pa.array(column("contamination_reason", None, object), pa.string()),
+    }
+    return pa.table({k: v if isinstance(v, pa.Array) else pa.array(v) for k, v in columns.items()})
 
 
 @dataclass
