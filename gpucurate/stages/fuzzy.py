@@ -33,6 +33,8 @@ log = logging.getLogger("gpucurate")
 
 @dataclass
 class FuzzyResult:
+    """The stage's result. ``rows``, ``canon`` and ``similarity`` are empty after ``run_parts`` with the
+    components on Dask: the canonicals are then only in the partitions' states."""
     rows: np.ndarray  # int64[m] table rows that took part (exact canonicals with text)
     canon: np.ndarray  # int64[m] table row of each participant's fuzzy canonical
     similarity: np.ndarray  # float64[m] Jaccard (or estimate) to the canonical; 1.0 for canonicals
