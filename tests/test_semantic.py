@@ -152,13 +152,14 @@ def _embeddings(out):
 
 
 def test_search_buckets_sample_and_partitions_do_not_change_results(tmp_path, monkeypatch):
-    """The within-cluster search split into buckets, k-means on a gathered sample, one partition or many:
-    the same annotations, edges and embeddings, to the bit."""
+    """The within-cluster search and the keep rule split into buckets, k-means on a gathered sample, one
+    partition or many: the same annotations, edges and embeddings, to the bit."""
     from gpucurate.stages.semantic import SemanticDedup
     src = write_jsonl(tmp_path / "docs.jsonl", paraphrase_records())
     over = {**SEM, "semantic.kmeans_sample": 9, "semantic.n_clusters": 4, "semantic.probes": 2}
     whole = run([str(src)], tmp_path / "whole", overrides=over)
     monkeypatch.setattr(SemanticDedup, "points_per_bucket", 4)
+    monkeypatch.setattr(SemanticDedup, "members_per_bucket", 3)  # components spread over several buckets
     split = run([str(src)], tmp_path / "split", overrides={**over, "input.partition_bytes": 1024, "run.workers": 2})
     m = whole["stages"]["semantic"]["documents"]
     assert whole["stages"]["semantic"]["buckets"] == 1 and split["stages"]["semantic"]["buckets"] == -(-m // 4) > 4
@@ -176,17 +177,22 @@ def test_search_buckets_sample_and_partitions_do_not_change_results(tmp_path, mo
 
 def test_embedding_runs_on_the_cluster_workers(tmp_path, paraphrase_run):
     """On a Dask cluster the workers load the encoder and embed their partitions; this process never loads
-    it, and the results equal the in-process run's."""
+    it, gathers no per-document column, and the results equal the in-process run's."""
     distributed = pytest.importorskip("distributed")
+    from gpucurate.engine.executor import Executor
     from gpucurate.stages import encoder
     _, expected, first_out = paraphrase_run
     src = write_jsonl(tmp_path / "docs.jsonl", paraphrase_records())
     encoder._load.cache_clear()
+    steps = []
+    compute = Executor.compute
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                  host="127.0.0.1") as cluster:
+                                  host="127.0.0.1") as cluster, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Executor, "compute", lambda self, tasks, desc: steps.append(desc) or compute(self, tasks, desc))
         summary = run([str(src)], tmp_path / "remote", overrides={**SEM, "input.partition_bytes": 1024,
                                                                    "run.scheduler": cluster.scheduler_address})
     assert summary["executor"].startswith("dask cluster") and summary["stages"]["input"]["partitions"] > 1
+    assert "semantic: count" in steps and not [s for s in steps if s.startswith("gather")], steps
     assert encoder._load.cache_info().currsize == 0, "the model was loaded in the driver"
     pd.testing.assert_frame_equal(read_annotations(tmp_path / "remote"), expected)
     pd.testing.assert_frame_equal(_edges(tmp_path / "remote"), _edges(first_out))

@@ -51,7 +51,8 @@ def lookup(executor, requests: list, owners: list, part_offsets: np.ndarray, ans
     Parameters
     ----------
     executor : ``engine.executor.Executor``; each step's results are kept where they were computed.
-    requests : per partition ``p``, a (delayed) int64 array of global rows it asks about (repeats allowed).
+    requests : per asking task ``p`` (usually one per partition), a (delayed) int64 array of global rows it
+        asks about (repeats allowed).
     owners : per partition ``q``, a (delayed) object with what ``answer`` needs of its rows.
     part_offsets : int64[P + 1]: partition ``q`` holds rows ``part_offsets[q]:part_offsets[q + 1]``.
     answer : ``answer(owner_q, local_rows, counts) -> tuple of arrays`` aligned with ``local_rows`` (int64,
@@ -60,18 +61,17 @@ def lookup(executor, requests: list, owners: list, part_offsets: np.ndarray, ans
 
     Returns
     -------
-    Per partition ``p``, a delayed tuple of arrays aligned with ``requests[p]``.
+    Per asking task ``p``, a delayed tuple of arrays aligned with ``requests[p]``.
     """
-    n_parts = len(part_offsets) - 1
-    groups = owner_groups(n_parts)
+    groups = owner_groups(len(part_offsets) - 1)
     row_bounds = part_offsets[groups]
     # each step is kept before the next takes its pieces: a task's graph then holds its own inputs only
     split = executor.persist_tasks([dask.delayed(_split_requests)(r, row_bounds) for r in requests], desc)
     answered = executor.persist_tasks([dask.delayed(_answer_group)(
         [s[g] for s in split], owners[groups[g]:groups[g + 1]], part_offsets[groups[g]:groups[g + 1] + 1], answer)
         for g in range(len(groups) - 1)], desc)
-    return executor.persist_tasks([dask.delayed(_merge_answers)(requests[p], [a[p] for a in answered])
-                                   for p in range(n_parts)], desc)
+    return executor.persist_tasks([dask.delayed(_merge_answers)(r, [a[p] for a in answered])
+                                   for p, r in enumerate(requests)], desc)
 
 
 def _split_requests(rows: np.ndarray, row_bounds: np.ndarray) -> tuple:

@@ -280,7 +280,10 @@ def edge_batches(table: DocParts, fuzzy: FuzzyResult | None, semantic: SemanticR
                              part["score"].to_numpy(np.float64), fuzzy.score_kind, fuzzy.threshold)
     elif fuzzy is not None:
         yield from edges(fuzzy.edge_i, fuzzy.edge_j, fuzzy.edge_score, fuzzy.score_kind, fuzzy.threshold)
-    if semantic is not None:
+    if semantic is not None and semantic.edge_parts is not None:
+        for a, b, score in executor.iter_compute(semantic.edge_parts, "write edges"):
+            yield from edges(a, b, score.astype(np.float64), "cosine", semantic_threshold)
+    elif semantic is not None:
         yield from edges(semantic.edge_i, semantic.edge_j, semantic.edge_score, "cosine", semantic_threshold)
     yield _edges(table, executor, np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), "", 1.0)
 

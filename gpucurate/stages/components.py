@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..engine.executor import Executor
+from ..engine.shuffle import to_owners
 
 log = logging.getLogger("gpucurate")
 
@@ -74,6 +75,23 @@ def _answer(requests: pd.DataFrame, labels: pd.DataFrame) -> pd.DataFrame:
 
 def _changed(old: pd.DataFrame, new: pd.DataFrame) -> int:
     return int((old["label"].to_numpy() != new["label"].reindex(old.index).to_numpy()).sum())
+
+
+def labels_by_owner(labels: pd.DataFrame, part_offsets: np.ndarray) -> tuple:
+    """One partition of ``component_labels`` cut by the table partitions holding its nodes: one
+    ``(rows, labels)`` piece per partition."""
+    nodes = labels.index.to_numpy(np.int64)
+    order = np.argsort(nodes, kind="stable")
+    return to_owners(nodes[order], (labels["label"].to_numpy(np.int64)[order],), part_offsets)
+
+
+def label_column(state: dict, first_row: int, pieces: list, *, name: str) -> dict:
+    """A partition's column ``name`` of component labels from its ``labels_by_owner`` pieces: the label of
+    each row with an edge, -1 for the others."""
+    label = np.full(len(state["ord"]), -1, np.int64)
+    for rows, of in pieces:
+        label[rows - first_row] = of
+    return {name: label}
 
 
 def dask_components(edges, n_rows: int, executor: Executor, npartitions: int) -> tuple[np.ndarray, np.ndarray]:

@@ -235,8 +235,7 @@ class FuzzyDedup:
 
     @staticmethod
     def _scatter(table: DocParts, result: FuzzyResult, executor: Executor) -> DocParts:
-        return table.scatter(executor, "fuzzy: canonicals", result.rows, (result.canon, result.similarity),
-                             ("fuzzy_canon", "fuzzy_sim"))
+        return table.scatter(executor, "fuzzy: canonicals", "fuzzy", result.rows, result.canon, result.similarity)
 
     def _run_dask(self, ddf, table: DocParts, participants: list, keys, executor: Executor):
         """LSH, verification and the members' similarity on Dask; components on the driver's edge list, or
@@ -310,7 +309,7 @@ class FuzzyDedup:
         its canonical is scored where the member's shingle set is. The edges stay on the workers until
         ``edges.parquet`` is written."""
         import dask.dataframe as dd
-        from .components import component_labels, row_divisions
+        from .components import component_labels, label_column, labels_by_owner, row_divisions
         from . import fuzzy_dask
         from .fuzzy_dask import scored_pairs, sorted_edges
         offs, n_parts = table.part_offsets, table.npartitions
@@ -323,11 +322,11 @@ class FuzzyDedup:
         log.info("fuzzy: %d edges sorted on Dask in %.1f s", n_edges, time.perf_counter() - t0)
         labels = component_labels(edges, table.n, executor, len(divisions) - 1)
         # each step is kept before the next takes its pieces, so a task's graph holds its own inputs only
-        by_owner = executor.persist_tasks([dask.delayed(_labels_by_owner)(part, offs) for part in labels.to_delayed()],
+        by_owner = executor.persist_tasks([dask.delayed(labels_by_owner)(part, offs) for part in labels.to_delayed()],
                                           "fuzzy: labels")
         n_buckets = max(1, -(-2 * n_edges // self.members_per_bucket))
-        labelled = table.update(executor, _labelled, "fuzzy: labels",
-                                [[b[q] for b in by_owner] for q in range(n_parts)])
+        labelled = table.update(executor, label_column, "fuzzy: labels",
+                                [[b[q] for b in by_owner] for q in range(n_parts)], name="fuzzy_component")
         pieces = exchange(_members_by_label, [(s, first) for s, first in zip(labelled.states, labelled.first_rows())],
                           n_buckets, self.policy)
         groups = executor.persist_tasks([dask.delayed(_component_canonicals)(p, offs) for p in pieces],
@@ -384,26 +383,12 @@ class FuzzyDedup:
         return np.concatenate(results) if results else np.empty(0, np.float64)
 
 
-def _labels_by_owner(labels, part_offsets: np.ndarray) -> tuple:
-    """One partition of the component labels (index ``node``) cut by the table partitions holding the nodes."""
-    nodes = labels.index.to_numpy(np.int64)
-    order = np.argsort(nodes, kind="stable")
-    return to_owners(nodes[order], (labels["label"].to_numpy(np.int64)[order],), part_offsets)
-
-
-def _labelled(state: dict, first_row: int, pieces: list) -> dict:
-    """The partition's rows that have an edge (``fuzzy_nodes``, ascending) and their component labels."""
-    rows = np.concatenate([p[0] for p in pieces]) if pieces else np.empty(0, np.int64)
-    labels = np.concatenate([p[1] for p in pieces]) if pieces else np.empty(0, np.int64)
-    order = np.argsort(rows, kind="stable")
-    return {"fuzzy_nodes": rows[order], "fuzzy_labels": labels[order]}
-
-
 def _members_by_label(state: dict, first_row: int, n_buckets: int, policy: str) -> tuple:
     """``(label, policy key, row)`` of the partition's rows that have an edge, one piece per bucket
     (``label % n_buckets``)."""
-    rows, labels = state["fuzzy_nodes"], state["fuzzy_labels"]
-    key = state_policy_key(state, policy)[rows - first_row]
+    local = np.flatnonzero(state["fuzzy_component"] >= 0)
+    rows, labels = first_row + local.astype(np.int64), state["fuzzy_component"][local]
+    key = state_policy_key(state, policy)[local]
     bucket = labels % n_buckets
     return tuple((labels[bucket == b], key[bucket == b], rows[bucket == b]) for b in range(n_buckets))
 

@@ -17,9 +17,11 @@ Where the work runs: each partition's texts are embedded by a task of their own 
 worker that holds the partition, with the worker's own encoder and device), and the embeddings stay
 there. k-means is fit on the driver from a sample of at most ``semantic.kmeans_sample`` embeddings;
 assignment runs on the workers; the points are then shuffled by cluster (with the points that probe a
-cluster) into buckets, whose within-cluster searches run on the workers. Only the pairs at or above the
-threshold, and each embedded document's row, cluster and centroid cosine, come to the driver, where the
-keep rule runs. Embeddings are written by the workers, one file per partition. Every step gives the same
+cluster) into buckets, whose within-cluster searches run on the workers. The pairs at or above the
+threshold go to the partitions of their smaller row (each pair once, sorted), their connected components
+are found on Dask, and the keep rule runs on buckets of whole components (a point's fate depends only on
+the earlier points of its component). Nothing per document comes to the driver. Embeddings are written by
+the workers, one file per partition. Every step gives the same
 bits whatever the partitioning (``encoder``: fixed batch shapes; ``kernels.semantic.search_clusters``:
 a cluster's search depends only on its points).
 """
@@ -46,8 +48,8 @@ from ..config import SemanticConfig
 from .encoder import Encoder, encoder_available
 from ..errors import ConfigError
 from ..engine.executor import Executor
-from ..engine.shuffle import exchange
-from .table import DocTable, id_array
+from ..engine.shuffle import exchange, lookup, owner_groups, to_owners
+from .table import DocParts, DocTable, id_array, state_policy_key
 
 log = logging.getLogger("gpucurate")
 
@@ -86,6 +88,11 @@ class SemanticResult:
     stats: dict
     #: delayed ``PartEmbeddings`` of each partition, kept where they were computed (``SemanticDedup.run``)
     parts: list | None = None
+    #: after ``SemanticDedup.run``: the pairs ``(row_a, row_b, score)`` at or above the threshold in delayed
+    #: pieces, in (row_a, row_b) order across them (``edge_i``, ``edge_j``, ``edge_score`` are then empty),
+    #: and the embedded documents of each partition
+    edge_parts: list | None = None
+    part_sizes: list | None = None
 
 
 def model_fingerprint(encoder: Encoder) -> dict:
@@ -191,11 +198,6 @@ def _assign(part: PartEmbeddings, centroids: np.ndarray, probes: int, device: st
     return part.rows, labels, cosine
 
 
-def _labels(assigned: tuple) -> tuple:
-    rows, labels, cosine = assigned
-    return rows, labels[:, 0], cosine
-
-
 def _split_by_bucket(part: PartEmbeddings, assigned: tuple, n_buckets: int) -> tuple:
     """For each bucket (clusters ``c % n_buckets``): the rows, vectors and labels of the points it needs,
     its members and the points probing one of its clusters, with the labels of other buckets set to -1."""
@@ -239,10 +241,9 @@ def write_embeddings(result: SemanticResult, table, out_dir: Path, compression: 
     folder.mkdir(parents=True, exist_ok=True)
     meta = {k: str(v) for k, v in result.model.items()}
     offs = table.part_offsets
-    cuts = np.searchsorted(result.rows, offs)
     tasks = []
     for p, (part, state) in enumerate(zip(result.parts, table.states)):
-        if cuts[p + 1] > cuts[p] or (p == len(result.parts) - 1 and not tasks):
+        if result.part_sizes[p] or (p == len(result.parts) - 1 and not tasks):
             tasks.append(dask.delayed(_write_embedding_part)(part, state, int(offs[p]),
                                                              str(folder / f"part-{p:05d}.parquet"), meta, compression))
     executor.compute(tasks, "write embeddings")
@@ -259,8 +260,8 @@ class Embedded:
 
 
 class SemanticDedup:
-    """``run(ddf, table, participants, hashes, executor) -> SemanticResult``: the documents still canonical
-    after the earlier stages, compared and kept by the keep rule."""
+    """``run(ddf, table, participants, executor) -> (table, SemanticResult)``: the documents still canonical
+    after the earlier stages, compared and kept by the keep rule; ``embed`` for ingest."""
 
     name = "semantic"
     #: embedded points per bucket of the within-cluster search (a bucket's vectors are in one task)
@@ -270,14 +271,26 @@ class SemanticDedup:
         self.cfg, self.policy, self.backend, self.progress = cfg, policy, backend, progress
         self.device = cfg.device or backend.torch_device
 
-    def run(self, ddf, table, participants: list, hashes: list, executor: Executor) -> SemanticResult:
-        """``table``: the part offsets and policy keys (``DocTable`` or ``RowKeys``); ``participants`` and
-        ``hashes``: per partition (arrays or delayed), a bool mask of the rows still canonical and the
-        uint64 normalized-text hashes (the key of reused embeddings)."""
+    #: component members per bucket of the keep rule's exchange by component
+    members_per_bucket = 2_000_000
+
+    def run(self, ddf, table: DocParts, participants: list, executor: Executor) -> tuple[DocParts, SemanticResult]:
+        """The stage over a run's table; ``participants``: per partition, a (delayed) bool mask of the rows
+        still canonical. Adds to the partitions' states ``semantic_canon`` (int64 row of the kept document
+        each points to), ``semantic_sim``, ``semantic_participant``, ``semantic_cluster`` and
+        ``semantic_cos`` (cosine to the nearest centroid).
+
+        Everything per document stays on the workers: the pairs found by the within-cluster search go to
+        the partition group of their smaller row, where each pair is kept once (``first_found``) and sorted
+        (``edges.parquet`` reads them in that order); their connected components are found on Dask, and
+        the keep rule runs per bucket of components (a point's fate depends only on the earlier points of
+        its component). This process holds the k-means sample and counts."""
+        from .components import component_labels, label_column, labels_by_owner
         cfg, kernels = self.cfg, self.backend.semantic
+        offs, n_parts = table.part_offsets, table.npartitions
         steps: dict[str, float] = {}
         t0 = time.perf_counter()
-        parts = executor.persist_tasks(self._embed_tasks(ddf, table, participants, hashes, executor),
+        parts = executor.persist_tasks(self._embed_tasks(ddf, table, participants, table.column("hash"), executor),
                                        "semantic: embed")
         counts = executor.compute([dask.delayed(_counts)(p) for p in parts], "semantic: count")
         stats, model = self._embed_stats(counts)
@@ -299,36 +312,58 @@ class SemanticDedup:
         t0 = time.perf_counter()
         assigned = executor.persist_tasks([dask.delayed(_assign)(p, centroids, cfg.probes, self.device, kernels.assign)
                                            for p in parts], "semantic: assign")
+        table = table.update(executor, _assigned_columns, "semantic: clusters", assigned)
         n_buckets = max(1, math.ceil(m / self.points_per_bucket))
         pieces = exchange(_split_by_bucket, list(zip(parts, assigned)), n_buckets)
-        found = executor.compute([dask.delayed(_search_bucket)(pieces[b], b, n_buckets, n_clusters, cfg.threshold,
-                                                               self.device, kernels.search_clusters)
-                                  for b in range(n_buckets)] if m else [], "semantic: within-cluster search")
-        gathered = executor.compute([dask.delayed(_labels)(a) for a in assigned], "semantic: gather labels")
-        rows = np.concatenate([g[0] for g in gathered]) if gathered else np.empty(0, np.int64)
-        cluster = np.concatenate([g[1] for g in gathered]) if gathered else np.empty(0, np.int64)
-        centroid_cos = np.concatenate([g[2] for g in gathered]) if gathered else np.empty(0, np.float32)
-        if found:
-            edge_rows = [np.concatenate([f[k] for f in found]) for k in range(5)]
-            row_a, row_b, scores = kernels.first_found(*edge_rows)
-        else:
-            row_a, row_b, scores = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32)
-        compared = sum(f[5] for f in found)
-        pair_a, pair_b = np.searchsorted(rows, row_a), np.searchsorted(rows, row_b)
-        priority = keep_priority(cfg.keep, self.policy, table, rows, centroid_cos)
-        canon, similarity = keep_rule(pair_a, pair_b, scores, priority, rows, kernels.greedy_keep)
+        found = executor.persist_tasks([dask.delayed(_search_bucket)(pieces[b], b, n_buckets, n_clusters,
+                                                                     cfg.threshold, self.device,
+                                                                     kernels.search_clusters)
+                                        for b in range(n_buckets)] if m else [], "semantic: within-cluster search")
+        # each pair once, in the group of partitions holding its smaller row, sorted by (row_a, row_b)
+        groups = owner_groups(n_parts)
+        split = executor.persist_tasks([dask.delayed(_pairs_by_group)(f, offs[groups]) for f in found],
+                                       "semantic: pairs")
+        edges = executor.persist_tasks([dask.delayed(_first_found)([s[g] for s in split], kernels.first_found)
+                                        for g in range(len(groups) - 1)], "semantic: pairs")
+        totals = executor.compute([dask.delayed(_edge_count)(e) for e in edges]
+                                  + [dask.delayed(_compared)(f) for f in found]
+                                  + [dask.delayed(_cluster_sizes)(a, n_clusters) for a in assigned], "semantic: count")
+        n_edges = int(sum(totals[:len(edges)]))
+        compared = int(sum(totals[len(edges):len(edges) + len(found)]))
+        cluster_sizes = sum(totals[len(edges) + len(found):], np.zeros(n_clusters, np.int64))
+
+        # the keep rule per bucket of connected components of the pairs
+        import dask.dataframe as dd
+        frame = dd.from_delayed([dask.delayed(_edge_frame)(e) for e in edges] or [dask.delayed(_edge_frame)(None)],
+                                meta=_EDGE_META, verify_meta=False)
+        labels = component_labels(frame, table.n, executor, max(1, len(edges)))
+        by_owner = executor.persist_tasks([dask.delayed(labels_by_owner)(part, offs) for part in labels.to_delayed()],
+                                          "semantic: components")
+        table = table.update(executor, label_column, "semantic: components",
+                             [[b[q] for b in by_owner] for q in range(n_parts)], name="semantic_component")
+        edge_labels = lookup(executor, [dask.delayed(_edge_rows)(e) for e in edges],
+                             table.map(_project_label), offs, _answer_label, "semantic: components")
+        n_buckets_keep = max(1, -(-(2 * n_edges) // self.members_per_bucket))
+        nodes = exchange(_nodes_by_component, [(s, first) for s, first in zip(table.states, table.first_rows())],
+                         n_buckets_keep, cfg.keep, self.policy)
+        pairs = exchange(_pairs_by_component, list(zip(edges, edge_labels)), n_buckets_keep)
+        kept = executor.persist_tasks([dask.delayed(_keep_bucket)(nodes[b], pairs[b], offs, kernels.greedy_keep)
+                                       for b in range(n_buckets_keep)], "semantic: keep rule")
+        table = table.update(executor, _kept_columns, "semantic: canonicals",
+                             [[k[q] for k in kept] for q in range(n_parts)])
+        duplicates = int(sum(executor.compute([dask.delayed(_duplicates)(k) for k in kept], "semantic: count")))
         steps["within_cluster"] = time.perf_counter() - t0
 
-        duplicates = int((canon != np.arange(m)).sum())
         stats = dict(stats, clusters=int(n_clusters), probes=int(min(cfg.probes, len(centroids))),
-                     largest_cluster=int(np.bincount(cluster).max()) if m else 0, pairs_compared=int(compared),
-                     edges=int(len(scores)), duplicates=duplicates, buckets=int(n_buckets),
+                     largest_cluster=int(cluster_sizes.max()) if m else 0, pairs_compared=compared,
+                     edges=n_edges, duplicates=duplicates, buckets=int(n_buckets),
                      step_seconds={k: round(v, 4) for k, v in steps.items()})
         log.info("semantic: %d documents embedded (%d reused) in %d clusters, %d duplicates", m,
                  stats["embeddings_reused"], n_clusters, duplicates)
-        # the pairs are sorted by (row_a, row_b) with row_a < row_b
-        return SemanticResult(rows, rows[canon], similarity, cluster, centroid_cos, row_a, row_b,
-                              scores.astype(np.float64), None, model, stats, parts)
+        empty = np.empty(0, np.int64)
+        return table, SemanticResult(empty, empty, np.empty(0), empty, np.empty(0, np.float32), empty, empty,
+                                     np.empty(0), None, model, stats, parts, edge_parts=edges,
+                                     part_sizes=sizes.tolist())
 
     def embed(self, ddf, table, participants: list, hashes: list, executor: Executor) -> Embedded:
         """Embeddings of the ``participants`` (bool[n]) rows long enough and covered by the vocabulary,
@@ -405,3 +440,115 @@ def keep_rule(pair_a, pair_b, scores, priority, rows, greedy_keep):
     similarity = np.empty(m, dtype=np.float64)
     similarity[order] = score
     return canon, similarity
+
+
+_EDGE_META = pd.DataFrame({"i": pd.Series([], dtype=np.int64), "j": pd.Series([], dtype=np.int64)})
+
+
+def _assigned_columns(state: dict, first_row: int, assigned: tuple) -> dict:
+    """The partition's embedded rows: their k-means cluster (the nearest) and cosine to its centroid."""
+    rows, labels, cosine = assigned
+    m = len(state["ord"])
+    local = rows - first_row
+    participant, cluster, cos = np.zeros(m, bool), np.full(m, -1, np.int64), np.full(m, np.nan, np.float32)
+    participant[local], cluster[local], cos[local] = True, labels[:, 0], cosine
+    return {"semantic_participant": participant, "semantic_cluster": cluster, "semantic_cos": cos}
+
+
+def _compared(found: tuple) -> int:
+    return found[5]
+
+
+def _cluster_sizes(assigned: tuple, n_clusters: int) -> np.ndarray:
+    return np.bincount(assigned[1][:, 0], minlength=n_clusters).astype(np.int64)
+
+
+def _pairs_by_group(found: tuple, row_bounds: np.ndarray) -> tuple:
+    """One bucket's pairs ``(a, b, score, cluster, probed)`` with ``a < b``, cut by the group of partitions
+    holding ``a``."""
+    a, b, score, cluster, probed = found[:5]
+    a, b = np.minimum(a, b), np.maximum(a, b)
+    group = np.searchsorted(row_bounds, a, side="right") - 1
+    return tuple(tuple(x[group == g] for x in (a, b, score, cluster, probed)) for g in range(len(row_bounds) - 1))
+
+
+def _first_found(pieces: list, first_found) -> tuple:
+    """A group's pairs each once (the lowest cluster's score), sorted by (a, b)."""
+    columns = [np.concatenate([p[k] for p in pieces]) for k in range(5)] if pieces else \
+        [np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32), np.empty(0, np.int64),
+         np.empty(0, bool)]
+    return first_found(*columns)
+
+
+def _edge_count(edges: tuple) -> int:
+    return len(edges[0])
+
+
+def _edge_frame(edges: tuple | None) -> pd.DataFrame:
+    if edges is None:
+        return _EDGE_META.copy()
+    return pd.DataFrame({"i": edges[0].astype(np.int64), "j": edges[1].astype(np.int64)})
+
+
+def _edge_rows(edges: tuple) -> np.ndarray:
+    return edges[0]
+
+
+def _project_label(state: dict, first_row: int) -> tuple:
+    return (state["semantic_component"],)
+
+
+def _answer_label(owner: tuple, local: np.ndarray, counts: np.ndarray) -> tuple:
+    return (owner[0][local],)
+
+
+def _state_priority(state: dict, keep: str, policy: str) -> np.ndarray:
+    """``keep_priority`` of a partition's rows."""
+    if keep == "nearest":
+        return -state["semantic_cos"]
+    if keep == "farthest":
+        return state["semantic_cos"]
+    return state_policy_key(state, policy if keep == "policy" else keep)
+
+
+def _nodes_by_component(state: dict, first_row: int, n_buckets: int, keep: str, policy: str) -> tuple:
+    """``(component, row, priority)`` of the partition's rows with a pair, one piece per bucket of components."""
+    local = np.flatnonzero(state["semantic_component"] >= 0)
+    label = state["semantic_component"][local]
+    priority = _state_priority(state, keep, policy)[local]
+    rows = first_row + local.astype(np.int64)
+    bucket = label % n_buckets
+    return tuple((label[bucket == b], rows[bucket == b], priority[bucket == b]) for b in range(n_buckets))
+
+
+def _pairs_by_component(edges: tuple, labels: tuple, n_buckets: int) -> tuple:
+    a, b, score = edges
+    bucket = labels[0] % n_buckets
+    return tuple((a[bucket == k], b[bucket == k], score[bucket == k]) for k in range(n_buckets))
+
+
+def _keep_bucket(nodes: list, pairs: list, part_offsets: np.ndarray, greedy_keep) -> tuple:
+    """The keep rule over one bucket of components: ``(rows, kept rows, similarity)`` of its points that are
+    duplicates, one piece per partition."""
+    rows = np.concatenate([n[1] for n in nodes]) if nodes else np.empty(0, np.int64)
+    priority = np.concatenate([n[2] for n in nodes]) if nodes else np.empty(0)
+    order = np.argsort(rows, kind="stable")
+    rows, priority = rows[order], priority[order]
+    a, b, score = (np.concatenate([p[k] for p in pairs]) for k in range(3))
+    canon, similarity = keep_rule(np.searchsorted(rows, a), np.searchsorted(rows, b), score, priority, rows,
+                                  greedy_keep)
+    dup = np.flatnonzero(canon != np.arange(len(rows)))
+    return to_owners(rows[dup], (rows[canon[dup]], similarity[dup]), part_offsets)
+
+
+def _kept_columns(state: dict, first_row: int, pieces: list) -> dict:
+    m = len(state["ord"])
+    canon, similarity = first_row + np.arange(m, dtype=np.int64), np.ones(m)
+    for rows, of, score in pieces:
+        canon[rows - first_row] = of
+        similarity[rows - first_row] = score
+    return {"semantic_canon": canon, "semantic_sim": similarity}
+
+
+def _duplicates(kept: tuple) -> int:
+    return int(sum(len(piece[0]) for piece in kept))

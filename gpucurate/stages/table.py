@@ -182,12 +182,13 @@ class DocParts:
         tasks = self.map(_update_state, *per_part, columns_of=fn, **kwargs)
         return self.with_states(executor.persist_tasks(tasks, desc))
 
-    def scatter(self, executor: Executor, desc: str, rows: np.ndarray, columns: tuple, names: tuple) -> "DocParts":
-        """A stage's result held in this process, over sorted table ``rows``, sent to the partitions: each
-        gets ``names[0]`` (int64 canonical row; its own for the rows that took no part), ``names[1]``
-        (float64 similarity; 1.0), any further columns (-1 / NaN) and ``<stage>_participant``."""
-        return self.update(executor, _stage_columns, desc, list(to_owners(rows, columns, self.part_offsets)),
-                           names=names)
+    def scatter(self, executor: Executor, desc: str, stage: str, rows: np.ndarray, canon: np.ndarray,
+                similarity: np.ndarray) -> "DocParts":
+        """A stage's canonicals held in this process (``canon`` and ``similarity`` of the sorted table ``rows``
+        that took part) sent to the partitions: each gets ``<stage>_canon`` (int64 row; its own for the rows
+        that took no part), ``<stage>_sim`` (float64; 1.0) and ``<stage>_participant``."""
+        pieces = list(to_owners(rows, (canon, similarity), self.part_offsets))
+        return self.update(executor, _stage_columns, desc, pieces, stage=stage)
 
     def with_states(self, states: list) -> "DocParts":
         return DocParts(states, self.part_offsets, self.int_ids, self.skipped, self.replaced_utf8, self.renamed_ids,
@@ -338,20 +339,15 @@ def state_policy_key(state: dict, policy: str) -> np.ndarray:
     raise ValueError(policy)
 
 
-def _stage_columns(state: dict, first_row: int, piece: tuple, *, names: tuple) -> dict:
+def _stage_columns(state: dict, first_row: int, piece: tuple, *, stage: str) -> dict:
     m = len(state["ord"])
-    local = piece[0] - first_row
-    canon = first_row + np.arange(m, dtype=np.int64)
-    canon[local] = piece[1]
-    out = {names[0]: canon, names[1]: np.ones(m)}
-    out[names[1]][local] = piece[2]
-    for name, values in zip(names[2:], piece[3:]):
-        column = np.full(m, -1 if values.dtype.kind == "i" else np.nan, dtype=values.dtype)
-        column[local] = values
-        out[name] = column
-    participant = np.zeros(m, bool)
-    participant[local] = True
-    out[names[0].split("_")[0] + "_participant"] = participant
+    rows, canon, similarity = piece
+    local = rows - first_row
+    out = {f"{stage}_canon": first_row + np.arange(m, dtype=np.int64), f"{stage}_sim": np.ones(m),
+           f"{stage}_participant": np.zeros(m, bool)}
+    out[f"{stage}_canon"][local] = canon
+    out[f"{stage}_sim"][local] = similarity
+    out[f"{stage}_participant"][local] = True
     return out
 
 

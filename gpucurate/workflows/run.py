@@ -226,11 +226,8 @@ def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Tim
         if cfg.semantic.enabled is None:
             log.info("semantic stage on because the encoder is installed (--set semantic.enabled=false skips it)")
         with timer("semantic"):
-            semantic = SemanticDedup(cfg.semantic, cfg.canonical.policy, backend, cfg.run.progress).run(
-                ddf, keys, table.map(_still_canonical), table.column("hash"), executor)
-            table = table.scatter(executor, "semantic: canonicals", semantic.rows, (
-                semantic.canon, semantic.similarity, semantic.cluster, semantic.centroid_cos),
-                ("semantic_canon", "semantic_sim", "semantic_cluster", "semantic_cos"))
+            table, semantic = SemanticDedup(cfg.semantic, cfg.canonical.policy, backend, cfg.run.progress).run(
+                ddf, table, table.map(_still_canonical), executor)
     contamination = None
     if contamination_gate.enabled:
         with timer("contamination"):
