@@ -158,8 +158,8 @@ class DedupResult:
 @dataclass
 class Prepared:
     """A read batch after the partition pass: normalized texts (persisted), the document table (with the
-    quality columns ``qrule``, ``qvalue`` when rules are set), and the gates whose per-document work runs in
-    the same pass."""
+    quality columns ``qrule``, ``qvalue`` when rules are set; ingest replaces it by its ``DocTable`` in
+    memory), and the gates whose per-document work runs in the same pass."""
     ddf: object
     table: DocParts
     quality_limits: dict | None
