@@ -57,3 +57,17 @@ def test_results_sent_to_the_driver_do_not_grow_with_the_corpus(tmp_path, monkey
     reference = gpucurate.run(inputs, tmp_path / "ref", overrides={**overrides, "fuzzy.lsh": "driver"})
     assert reference["stages"]["fuzzy"]["duplicates"] == large["stages"]["fuzzy"]["duplicates"]
     assert read_annotations(tmp_path / "ref").equals(read_annotations(tmp_path / "out3200"))
+
+
+def test_row_lookups_over_several_groups_of_partitions(tmp_path, monkeypatch):
+    """The annotation's row lookups answered by one group of partitions or by several (requests cut by
+    group, answers sent back and put in request order): the same annotations."""
+    import gpucurate.engine.shuffle as shuffle
+    inputs, _ = _corpus(tmp_path / "in", 600)
+    overrides = {"run.progress": False, "fuzzy.lsh": "dask", "input.partition_bytes": 20_000}
+    one = gpucurate.run(inputs, tmp_path / "one", overrides=overrides)
+    monkeypatch.setattr(shuffle, "PARTS_PER_GROUP", 2)
+    assert len(shuffle.owner_groups(one["stages"]["input"]["partitions"])) - 1 >= 3
+    several = gpucurate.run(inputs, tmp_path / "several", overrides=overrides)
+    assert several["stages"]["fuzzy"]["duplicates"] == one["stages"]["fuzzy"]["duplicates"] > 0
+    assert read_annotations(tmp_path / "several").equals(read_annotations(tmp_path / "one"))

@@ -30,10 +30,15 @@ def exchange(split, inputs: list, n_buckets: int, *args) -> list[list]:
     return [[part[b] for part in split_parts] for b in range(n_buckets)]
 
 
+#: partitions whose rows one task of a row lookup answers for
+PARTS_PER_GROUP = 64
+
+
 def owner_groups(n_parts: int) -> np.ndarray:
-    """int64[g + 1] bounds of ``g = ceil(sqrt(n_parts))`` groups of consecutive partitions: a row lookup has one
-    bucket task per group, so it makes about ``2 n_parts sqrt(n_parts)`` pieces instead of ``n_parts ** 2``."""
-    groups = max(1, math.ceil(math.sqrt(n_parts)))
+    """int64[g + 1] bounds of ``g = ceil(n_parts / PARTS_PER_GROUP)`` groups of consecutive partitions: a row
+    lookup has one task per group, so it makes ``2 n_parts g`` pieces instead of ``n_parts ** 2`` (each piece
+    is a task of the graph: the graph's size, not the data, is what grows with many small groups)."""
+    groups = max(1, math.ceil(n_parts / PARTS_PER_GROUP))
     return np.unique(np.linspace(0, n_parts, groups + 1).round().astype(np.int64))
 
 
