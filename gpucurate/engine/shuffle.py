@@ -79,6 +79,11 @@ def lookup(executor, requests: list, owners: list, part_offsets: np.ndarray, ans
                                    for p, r in enumerate(requests)], desc)
 
 
+def answer_columns(owner: tuple, local: np.ndarray, counts: np.ndarray) -> tuple:
+    """A ``lookup`` answer: the owner's columns (a tuple of arrays) at the rows asked for."""
+    return tuple(column[local] for column in owner)
+
+
 def _split_requests(rows: np.ndarray, row_bounds: np.ndarray) -> tuple:
     unique, counts = np.unique(np.asarray(rows, np.int64), return_counts=True)
     cuts = np.searchsorted(unique, row_bounds)

@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 
 from ..config import OutputConfig
 from ..engine.executor import Executor
-from ..engine.shuffle import lookup
+from ..engine.shuffle import answer_columns, lookup
 from .contamination import CONTAMINATION_COLUMNS, ContaminationResult
 from .exact import ExactResult
 from .fuzzy import FuzzyResult
@@ -170,31 +170,22 @@ def annotate_parts(table: DocParts, executor: Executor, out: OutputConfig, fuzzy
     offs = table.part_offsets
     exact_canon = table.column("exact_canon")
     if fuzzy:
-        owners = table.map(_project, names=("fuzzy_canon", "fuzzy_sim"))
-        fuzzy_of = lookup(executor, exact_canon, owners, offs, _answer_columns, "annotate: fuzzy canonicals")
+        fuzzy_of = lookup(executor, exact_canon, table.columns("fuzzy_canon", "fuzzy_sim"), offs, answer_columns,
+                          "annotate: fuzzy canonicals")
         fuzzy_canon = [dask.delayed(_item)(a, 0) for a in fuzzy_of]
     else:
         fuzzy_of, fuzzy_canon = [None] * table.npartitions, exact_canon
     if semantic:
-        owners = table.map(_project, names=("semantic_canon",))
-        final = [dask.delayed(_item)(a, 0) for a in lookup(executor, fuzzy_canon, owners, offs, _answer_columns,
-                                                          "annotate: semantic canonicals")]
+        final = [dask.delayed(_item)(a, 0) for a in lookup(executor, fuzzy_canon, table.columns("semantic_canon"), offs,
+                                                          answer_columns, "annotate: semantic canonicals")]
     else:
         final = fuzzy_canon
-    ids = table.map(_project, names=("id",))
+    ids = table.columns("id")
     final_of = lookup(executor, final, ids, offs, _answer_count_and_ids, "annotate: cluster sizes")
     group_ids = lookup(executor, [dask.delayed(_concat)(a, b) for a, b in zip(exact_canon, fuzzy_canon)], ids, offs,
-                       _answer_columns, "annotate: group ids")
+                       answer_columns, "annotate: group ids")
     return table.update(executor, _annotate_part, "annotate", fuzzy_canon, final, fuzzy_of, final_of, group_ids,
                         out=out, int_ids=table.int_ids, score_kind=score_kind, quality_limits=quality_limits)
-
-
-def _project(state: dict, first_row: int, names: tuple) -> tuple:
-    return tuple(state[k] for k in names)
-
-
-def _answer_columns(owner: tuple, local: np.ndarray, counts: np.ndarray) -> tuple:
-    return tuple(column[local] for column in owner)
 
 
 def _answer_count_and_ids(owner: tuple, local: np.ndarray, counts: np.ndarray) -> tuple:

@@ -229,8 +229,7 @@ class FuzzyDedup:
         the canonicals are sent back to the partitions."""
         if (resident is None or resident.params is None) and self._on_dask(executor):
             return self._run_dask(ddf, table, participants, keys, executor)
-        mask = np.concatenate(executor.compute(participants, "fuzzy: participants") or [np.zeros(0, bool)])
-        result = self.run(ddf, keys, mask, executor, resident)
+        result = self.run(ddf, keys, _gathered(participants, executor), executor, resident)
         return self._scatter(table, result, executor), result
 
     @staticmethod
@@ -252,9 +251,9 @@ class FuzzyDedup:
         if on_dask:
             table, result = self._cluster_on_dask(scored, n_pairs, sets, table, participants, executor)
         else:
-            mask = np.concatenate(executor.compute(participants, "fuzzy: participants") or [np.zeros(0, bool)])
+            rows = np.flatnonzero(_gathered(participants, executor)).astype(np.int64)
             pi, pj, scores = gather_edges(scored, executor)
-            result = self._cluster_edges(keys, np.flatnonzero(mask).astype(np.int64), pi, pj, scores, sets, executor)
+            result = self._cluster_edges(keys, rows, pi, pj, scores, sets, executor)
             table = self._scatter(table, result, executor)
         steps["cluster"] = time.perf_counter() - t0
         result.stats.update(lsh="dask", components="dask" if on_dask else "driver",
@@ -381,6 +380,11 @@ class FuzzyDedup:
         results = executor.map_threads(lambda c: jaccard_pairs(offsets, values, pi[c[0]:c[1]], pj[c[0]:c[1]]),
                                        chunks)
         return np.concatenate(results) if results else np.empty(0, np.float64)
+
+
+def _gathered(participants: list, executor: Executor) -> np.ndarray:
+    """The participants' masks of every partition as one bool[n] array here (the driver's paths)."""
+    return np.concatenate(executor.compute(participants, "fuzzy: participants") or [np.zeros(0, bool)])
 
 
 def _members_by_label(state: dict, first_row: int, n_buckets: int, policy: str) -> tuple:

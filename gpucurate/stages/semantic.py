@@ -48,7 +48,7 @@ from ..config import SemanticConfig
 from .encoder import Encoder, encoder_available
 from ..errors import ConfigError
 from ..engine.executor import Executor
-from ..engine.shuffle import exchange, lookup, owner_groups, to_owners
+from ..engine.shuffle import answer_columns, exchange, lookup, owner_groups, to_owners
 from .table import DocParts, DocTable, id_array, state_policy_key
 
 log = logging.getLogger("gpucurate")
@@ -342,7 +342,7 @@ class SemanticDedup:
         table = table.update(executor, label_column, "semantic: components",
                              [[b[q] for b in by_owner] for q in range(n_parts)], name="semantic_component")
         edge_labels = lookup(executor, [dask.delayed(_edge_rows)(e) for e in edges],
-                             table.map(_project_label), offs, _answer_label, "semantic: components")
+                             table.columns("semantic_component"), offs, answer_columns, "semantic: components")
         n_buckets_keep = max(1, -(-(2 * n_edges) // self.members_per_bucket))
         nodes = exchange(_nodes_by_component, [(s, first) for s, first in zip(table.states, table.first_rows())],
                          n_buckets_keep, cfg.keep, self.policy)
@@ -492,14 +492,6 @@ def _edge_frame(edges: tuple | None) -> pd.DataFrame:
 
 def _edge_rows(edges: tuple) -> np.ndarray:
     return edges[0]
-
-
-def _project_label(state: dict, first_row: int) -> tuple:
-    return (state["semantic_component"],)
-
-
-def _answer_label(owner: tuple, local: np.ndarray, counts: np.ndarray) -> tuple:
-    return (owner[0][local],)
 
 
 def _state_priority(state: dict, keep: str, policy: str) -> np.ndarray:

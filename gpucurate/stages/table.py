@@ -199,6 +199,10 @@ class DocParts:
         return [dask.delayed(fn)(s, first, *(x[p] for x in per_part), **kwargs)
                 for p, (s, first) in enumerate(zip(self.states, self.first_rows()))]
 
+    def columns(self, *names: str) -> list:
+        """Delayed per-partition tuples of the named columns (what a row lookup's owners hold)."""
+        return [dask.delayed(_get_many)(s, names) for s in self.states]
+
     def column(self, name: str) -> list:
         """Delayed per-partition arrays of one column."""
         return [dask.delayed(_get)(s, name) for s in self.states]
@@ -210,7 +214,7 @@ class DocParts:
 
     def to_table(self, executor: Executor) -> DocTable:
         """The table as arrays in this process (ingest keeps its collection in memory)."""
-        parts = executor.compute([dask.delayed(_get_many)(s, STATE_COLUMNS) for s in self.states], "collect table")
+        parts = executor.compute(self.columns(*STATE_COLUMNS), "collect table")
         cols = [np.concatenate([p[k] for p in parts]) if parts else np.empty(0, np.int64) for k in range(4)]
         if not parts:
             cols[1] = np.empty(0, object)
