@@ -179,20 +179,62 @@ def test_a_file_edited_after_planning_is_an_error(tmp_path, kind, keep_mtime):
         reader.load_narrow(specs[0], cfg)
 
 
-def test_a_file_edited_between_the_read_and_the_write_pass_stops_the_run(tmp_path, monkeypatch):
+@pytest.mark.parametrize("parse_kept", [False, True])
+def test_a_file_edited_between_the_read_and_the_write_pass(tmp_path, monkeypatch, parse_kept):
+    """The writer re-reads a partition whose parse was not kept (``ParsedCache`` over its budget): an edit
+    in between stops the run. A kept parse is written as it was read: the output is the file as read."""
     import gpucurate.workflows.run as pipeline
+    if not parse_kept:
+        monkeypatch.setattr(pipeline, "_memory_bytes", lambda: 0)
     path = tmp_path / "f.jsonl"
     path.write_bytes(_lines(40))
     original = pipeline.annotate_parts
 
     def annotate_then_edit(*args, **kwargs):
         result = original(*args, **kwargs)
-        _same_size_edit(path, keep_mtime=True)  # after the read pass, before the writer re-reads
+        _same_size_edit(path, keep_mtime=True)  # after the read pass, before the writer
         return result
     monkeypatch.setattr(pipeline, "annotate_parts", annotate_then_edit)
-    with pytest.raises(InputError, match="changed while the run was reading it") as exc:
-        gpucurate.run([str(path)], tmp_path / "o", overrides=Q)
-    assert str(path) in str(exc.value)
+    if not parse_kept:
+        with pytest.raises(InputError, match="changed while the run was reading it") as exc:
+            gpucurate.run([str(path)], tmp_path / "o", overrides=Q)
+        assert str(path) in str(exc.value)
+        return
+    gpucurate.run([str(path)], tmp_path / "o", overrides=Q)
+    written = read_annotations(tmp_path / "o")
+    read = [json.loads(x) for x in _lines(40).splitlines()]
+    assert dict(zip(written["id"], written["text"])) == {r["id"]: r["text"] for r in read}
+
+
+def test_the_writer_uses_the_read_pass_parse_within_budget(tmp_path, monkeypatch):
+    """A local run writes from the read pass's parses (the writer reads nothing again) as long as they fit
+    the budget; over it, the partitions are read again; the output is the same either way."""
+    import gpucurate.io.writer as writer
+    import gpucurate.workflows.run as pipeline
+    path = write_jsonl(tmp_path / "f.jsonl", [{"id": j, "text": f"text {j % 7} of row {j} " * 20, "x": j}
+                                              for j in range(3000)])
+    overrides = Q + ["input.partition_bytes=200000"]
+    cfg = resolve_config(None, overrides).input
+    specs = reader.plan_partitions([str(path)], cfg, {})
+    assert len(specs) >= 3
+    rereads = []
+    original = writer.load_partition
+    monkeypatch.setattr(writer, "load_partition", lambda spec, cfg: rereads.append(spec.index) or original(spec, cfg))
+    gpucurate.run([str(path)], tmp_path / "kept", overrides=overrides)
+    assert rereads == []
+    # a budget that holds about one partition: the others are read again
+    largest = max(reader.load_partition(spec, cfg).table.nbytes for spec in specs)
+    monkeypatch.setattr(pipeline, "_memory_bytes", lambda: 8 * (largest + largest // 2))
+    gpucurate.run([str(path)], tmp_path / "partly", overrides=overrides)
+    assert 0 < len(rereads) < len(specs)
+    rereads.clear()
+    monkeypatch.setattr(pipeline, "_memory_bytes", lambda: 0)
+    gpucurate.run([str(path)], tmp_path / "reread", overrides=overrides)
+    assert sorted(rereads) == list(range(len(specs)))
+    kept = read_annotations(tmp_path / "kept")
+    assert kept["x"].tolist() == list(range(3000))
+    for other in ("partly", "reread"):
+        pd.testing.assert_frame_equal(kept, read_annotations(tmp_path / other))
 
 
 # ------------------------------------------------------------------------------------------------

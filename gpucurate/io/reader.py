@@ -34,6 +34,7 @@ import logging
 import lzma
 import os
 import re
+import threading
 import zlib
 from dataclasses import dataclass, field
 from urllib.parse import unquote
@@ -1108,10 +1109,42 @@ NARROW_META = pd.DataFrame({
 })
 
 
-def load_narrow(spec: PartitionSpec, cfg: InputConfig, reserved=()) -> pd.DataFrame:
+class ParsedCache:
+    """Partitions as ``load_partition`` gave them to the read pass, kept for the write pass of a run on
+    this process's threads, which then does not read and parse them again (on JSON Lines that was half
+    of the write step). At most ``budget`` bytes of Arrow data are kept; other partitions are read again."""
+
+    def __init__(self, budget: int):
+        self.budget = budget
+        self._parts: dict = {}
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def put(self, spec: PartitionSpec, part: LoadedPartition) -> None:
+        with self._lock:
+            self._take(spec)
+            if self._bytes + part.table.nbytes <= self.budget:
+                self._parts[spec.index] = part
+                self._bytes += part.table.nbytes
+
+    def take(self, spec: PartitionSpec) -> Optional[LoadedPartition]:
+        """The partition's parse, given out once (None when it was not kept)."""
+        with self._lock:
+            return self._take(spec)
+
+    def _take(self, spec: PartitionSpec) -> Optional[LoadedPartition]:
+        part = self._parts.pop(spec.index, None)
+        if part is not None:
+            self._bytes -= part.table.nbytes
+        return part
+
+
+def load_narrow(spec: PartitionSpec, cfg: InputConfig, reserved=(),
+                cache: Optional[ParsedCache] = None) -> pd.DataFrame:
     """One partition as the stages see it: order key, id, timestamp, text byte length and text.
 
-    ``attrs`` carries ``skipped`` rows and the ``replaced_utf8`` count for the summary.
+    ``attrs`` carries ``skipped`` rows and the ``replaced_utf8`` count for the summary. With ``cache``,
+    the whole parse (``load_partition``'s) is kept there for the write pass.
     """
     failpoint(f"read-partition-{spec.index}")
     pieces, skipped, replaced = [], [], 0
@@ -1125,7 +1158,10 @@ def load_narrow(spec: PartitionSpec, cfg: InputConfig, reserved=()) -> pd.DataFr
             if group.table.num_rows:
                 pieces.append(_narrow_piece(group, group.records, _group_ids(spec, group, cfg), cfg))
     else:
-        parts = [(spec, load_partition(spec, cfg))]
+        group = load_partition(spec, cfg)
+        parts = [(spec, group)]
+    if cache is not None:
+        cache.put(spec, group)
     for member, part in parts:  # file by file: ids and messages are each file's own
         check_annotation_clash(member.path, part.table.column_names, reserved)
         skipped += part.skipped
@@ -1182,12 +1218,14 @@ def _concat_column(values: list):
     return pd.concat([pd.Series(v) for v in values], ignore_index=True).array
 
 
-def read_documents(specs: list[PartitionSpec], cfg: InputConfig, reserved=(), local: bool = False):
+def read_documents(specs: list[PartitionSpec], cfg: InputConfig, reserved=(), local: bool = False,
+                   cache: Optional[ParsedCache] = None):
     """The narrow partitions, one per spec, in input order: a Dask DataFrame, or with ``local`` (a run on
-    this process's threads) a ``partitions.Partitions``, which needs no ``dask.dataframe``."""
+    this process's threads) a ``partitions.Partitions``, which needs no ``dask.dataframe``; there the
+    parses are kept in ``cache`` when one is given."""
     if local:
         from ..engine.partitions import Partitions
-        return Partitions.from_map(load_narrow, specs, NARROW_META, cfg=cfg, reserved=tuple(reserved))
+        return Partitions.from_map(load_narrow, specs, NARROW_META, cfg=cfg, reserved=tuple(reserved), cache=cache)
     import dask.dataframe as dd
     return dd.from_map(load_narrow, specs, cfg=cfg, reserved=tuple(reserved), meta=NARROW_META,
                        enforce_metadata=False, label="read")

@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 from ..config import Config, annotation_names
 from ..errors import ConfigError, InputError, LockedError, OutputError
 from ..engine.failpoints import failpoint
-from .reader import PartitionSpec, check_annotation_clash, load_partition, order_keys, run_id_column
+from .reader import LoadedPartition, PartitionSpec, check_annotation_clash, load_partition, order_keys, run_id_column
 
 ANNOTATIONS_DIR = "annotations"
 #: the completion marker of an output directory, written last (pyarrow.dataset ignores ``_`` names)
@@ -324,9 +324,11 @@ def _compression(cfg: Config):
     return None if cfg.output.compression == "none" else cfg.output.compression
 
 
-def write_partition(spec: PartitionSpec, cfg: Config, annotations: pa.Table, ords: np.ndarray, out_dir: str) -> str:
-    """Re-read a partition with all its columns, append the annotation columns, write one Parquet file."""
-    part = load_partition(spec, cfg.input)
+def write_partition(spec: PartitionSpec, cfg: Config, annotations: pa.Table, ords: np.ndarray, out_dir: str,
+                    part: LoadedPartition | None = None) -> str:
+    """The partition with all its columns (``part``: its parse by the read pass, else it is read again) and
+    the annotation columns appended, as one Parquet file."""
+    part = part or load_partition(spec, cfg.input)
     table = part.table
     if table.num_rows != annotations.num_rows or not np.array_equal(order_keys(spec, part.records), ords):
         raise InputError("the file changed while it was being processed (rows differ between reads)", spec.path)

@@ -22,7 +22,7 @@ from ..stages.annotate import alias_table, annotate_parts, apply_paragraphs, edg
 from ..engine.backend import select
 from ..config import Config, annotation_names, resolve_config
 from ..engine.executor import Executor, quiet_logs
-from ..io.reader import ROW_BITS, plan_partitions, read_documents
+from ..io.reader import ROW_BITS, ParsedCache, plan_partitions, read_documents
 from .runindex import write_run_index
 from ..io.writer import StagedOutput, write_batches, write_json, write_partition
 from ..stages.contamination import ContaminationGate
@@ -97,11 +97,13 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
             specs = plan_partitions([str(i) for i in inputs], cfg.input, report, reserved, executor.workers)
         log.info("%d input partition(s) from %d file(s) on %s", len(specs),
                  len({p for s in specs for p in s.paths}), executor.description)
-        ddf = read_documents(specs, cfg.input, reserved, local=executor.client is None)
+        local = executor.client is None
+        parsed = ParsedCache(_memory_bytes() // 8) if local else None
+        ddf = read_documents(specs, cfg.input, reserved, local=local, cache=parsed)
         result = deduplicate(ddf, cfg, executor, backend, timer, _locator(specs))
         table = result.table
         with timer("write"):
-            executor.compute(table.map(_write_part, specs, cfg=cfg, out=str(out)), "write")
+            executor.compute(table.map(_write_part, specs, cfg=cfg, out=str(out), parsed=parsed), "write")
             write_batches(executor.iter_compute(table.map(_aliases), "write aliases"), out / "aliases.parquet", cfg)
             write_batches(edge_batches(table, result.fuzzy, result.semantic, cfg.semantic.threshold, executor),
                           out / "edges.parquet", cfg)
@@ -126,8 +128,17 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
     return summary
 
 
-def _write_part(state: dict, first_row: int, spec, *, cfg: Config, out: str) -> str:
-    return write_partition(spec, cfg, state["annotations"], state["ord"], out)
+def _write_part(state: dict, first_row: int, spec, *, cfg: Config, out: str, parsed: ParsedCache | None) -> str:
+    return write_partition(spec, cfg, state["annotations"], state["ord"], out,
+                           parsed.take(spec) if parsed is not None else None)
+
+
+def _memory_bytes() -> int:
+    """This machine's physical memory (the parse cache keeps an eighth of it at most)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not POSIX: a conservative guess
+        return 8 << 30
 
 
 def _aliases(state: dict, first_row: int):
