@@ -59,3 +59,24 @@ def test_report_renders_in_headless_chromium(report_run, tmp_path):
     pixels = matplotlib.image.imread(shot)
     assert pixels.shape[0] >= 2000 and pixels.shape[1] >= 900
     assert np.std(pixels) > 0.05, "the page is not blank"
+
+
+def test_the_run_writes_the_report_without_reading_its_part_files(tmp_path, monkeypatch):
+    """The run takes the report's clusters from its partitions and the sample texts from the write pass; the
+    report equals the one ``report --run`` builds from the part files (over several partitions)."""
+    import gpucurate.review.report as report
+    base = "the quarterly report of the harbour authority was published on monday with new figures {}"
+    records = [{"id": f"d{i}", "text": base.format(i % 4) + (" extra" * (i % 3))} for i in range(600)]
+    records += [{"id": f"u{i}", "text": f"unrelated text number {i} " * 5} for i in range(600)]
+    src = write_jsonl(tmp_path / "d.jsonl", records)
+
+    def no_reading(*args):
+        raise AssertionError("the run read texts back from its part files")
+    monkeypatch.setattr(report, "texts_of", no_reading)
+    run([str(src)], tmp_path / "out", overrides={"run.progress": False, "input.partition_bytes": 20_000})
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert len(list((tmp_path / "out" / "annotations").glob("part-*.parquet"))) > 3
+    assert page.count("<li><b>") >= 3 and "the quarterly report of the harbour" in page
+    monkeypatch.undo()
+    assert main(["report", "--run", str(tmp_path / "out"), "-q"]) == 0
+    assert (tmp_path / "out" / "report.html").read_text() == page

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -121,35 +122,98 @@ def _span(low: float, high: float) -> tuple:
     return (low - 0.5, high + 0.5) if low == high else (low, high)
 
 
-def build_report(run_dir: str | Path) -> str:
+REPORT_COLUMNS = ["doc_id", "dedup_id", "cluster_size", "is_canonical", "drop_stage"]
+TOP_CLUSTERS, MEMBERS_SHOWN = 5, 2
+
+
+def clusters_of_part(ann: pd.DataFrame) -> tuple:
+    """First look at one partition's annotations (``REPORT_COLUMNS``): ``(clusters of 2 or more, the largest
+    size, the canonical rows of its TOP_CLUSTERS largest clusters)``."""
+    clusters = ann[ann.is_canonical & (ann.cluster_size > 1)]
+    return (len(clusters), int(clusters.cluster_size.max()) if len(clusters) else 0,
+            clusters.nlargest(TOP_CLUSTERS, "cluster_size", keep="first"))
+
+
+def size_bins(largest: int) -> np.ndarray:
+    """The bins of the cluster-size histogram."""
+    return np.unique(np.geomspace(2, max(3, largest + 1), 30).astype(int))
+
+
+def members_of_part(ann: pd.DataFrame, bins: np.ndarray | None, top_ids: list) -> tuple:
+    """Second look at one partition's annotations: ``(cluster-size counts over bins, the first MEMBERS_SHOWN
+    members of each cluster in top_ids)``."""
+    clusters = ann[ann.is_canonical & (ann.cluster_size > 1)]
+    counts = np.histogram(clusters.cluster_size.to_numpy(), bins=bins)[0] if bins is not None else None
+    members = ann[ann.dedup_id.isin(top_ids) & ~ann.is_canonical]
+    return counts, members.groupby("dedup_id").head(MEMBERS_SHOWN)
+
+
+@dataclass
+class ClusterSamples:
+    """What report.html shows of the clusters: their number, largest size, size histogram (``counts`` over
+    ``bins``), the ``top`` canonical rows, their first ``members`` and the ``texts`` (doc_id -> text) of both."""
+    n_clusters: int
+    largest: int
+    bins: np.ndarray | None
+    counts: np.ndarray | None
+    top: pd.DataFrame
+    members: pd.DataFrame
+    texts: dict
+
+    def shown_ids(self) -> set:
+        """The doc_ids whose texts the report shows."""
+        return set(self.top.doc_id) | set(self.members.doc_id) if len(self.top) else set()
+
+
+def cluster_samples(first: list, second) -> ClusterSamples:
+    """``ClusterSamples`` (without texts: ``shown_ids`` says whose) from each partition's ``clusters_of_part``
+    (``first``, in order) and ``second(bins, top_ids)``, each partition's ``members_of_part``. The run
+    computes them where its partitions are; ``report --run`` from the part files."""
+    n_clusters, largest = sum(f[0] for f in first), max((f[1] for f in first), default=0)
+    top = pd.concat([f[2] for f in first], ignore_index=True).nlargest(TOP_CLUSTERS, "cluster_size", keep="first") \
+        if first else pd.DataFrame()
+    bins = size_bins(largest) if n_clusters else None
+    top_ids = top.doc_id.tolist() if len(top) else []
+    seconds = second(bins, top_ids) if n_clusters else []
+    counts = np.sum([c for c, _ in seconds], axis=0) if bins is not None else None
+    members = pd.concat([m for _, m in seconds], ignore_index=True).groupby("dedup_id").head(MEMBERS_SHOWN) \
+        if top_ids else pd.DataFrame()
+    return ClusterSamples(n_clusters, largest, bins, counts, top, members, {})
+
+
+def _samples_from_files(run: Path, cfg: dict) -> ClusterSamples:
+    files = sorted((run / "annotations").glob("part-*.parquet"))
+    prefix = run_annotation_prefix(cfg)  # output.annotation_prefix of the run: the part files' column names
+
+    def frames():  # one part file at a time: what is kept grows with the clusters, not with the documents
+        for f in files:
+            yield read_run_table(f, columns=[prefix + c for c in REPORT_COLUMNS]).rename_columns(
+                REPORT_COLUMNS).to_pandas()
+    samples = cluster_samples([clusters_of_part(a) for a in frames()],
+                              lambda bins, top_ids: [members_of_part(a, bins, top_ids) for a in frames()])
+    samples.texts = texts_of(run, samples.shown_ids(), cfg["input"]["text_field"])
+    return samples
+
+
+def build_report(run_dir: str | Path, samples: ClusterSamples | None = None) -> str:
+    """report.html's text; ``samples``: the run's ``ClusterSamples`` (by default read from the part files)."""
     run = Path(run_dir)
     if not (run / "summary.json").is_file():
         raise InputError("not a finished gpucurate run (no summary.json)", str(run))
     summary = read_run_json(run / "summary.json")
     cfg = summary["config"]
-    text_field = cfg["input"]["text_field"]
-    files = sorted((run / "annotations").glob("part-*.parquet"))
-    prefix = run_annotation_prefix(cfg)  # output.annotation_prefix of the run: the part files' column names
-    cols = ["doc_id", "dedup_id", "cluster_size", "is_canonical", "drop_stage"]
-    # one part file at a time: what is kept grows with the clusters, not with the documents
-    sizes, top = [], []
-    for f in files:
-        ann = read_run_table(f, columns=[prefix + c for c in cols]).rename_columns(cols).to_pandas()
-        clusters = ann[ann.is_canonical & (ann.cluster_size > 1)]
-        sizes.append(clusters["cluster_size"].to_numpy())
-        top.append(clusters.nlargest(5, "cluster_size", keep="first"))
+    if samples is None:
+        samples = _samples_from_files(run, cfg)
     parts = [f"<h1>gpucurate run: {summary['documents_in']:,} documents, {summary['documents_kept']:,} kept</h1>",
              f"<p>backend {html.escape(summary['backend'])}, {html.escape(summary['executor'])}, "
              f"{summary['wall_time_s']:.1f} s wall ({summary['docs_per_s'] or 0:,.0f} docs/s)</p>",
              "<h2>Documents per stage</h2>", _table(_funnel(summary), ["stage", "dropped", "remaining"])]
 
-    sizes = np.concatenate(sizes) if sizes else np.empty(0, np.int64)
     parts.append("<h2>Cluster sizes</h2>")
-    if len(sizes):
-        bins = np.unique(np.geomspace(2, max(3, sizes.max() + 1), 30).astype(int))
-        counts, _ = np.histogram(sizes, bins=bins)
-        parts.append(f"<p>{len(sizes):,} clusters of 2 or more documents; the largest has {sizes.max():,}.</p>"
-                     + _svg_histogram(counts, bins, "documents per cluster", "clusters", log=True))
+    if samples.n_clusters:
+        parts.append(f"<p>{samples.n_clusters:,} clusters of 2 or more documents; the largest has "
+                     f"{samples.largest:,}.</p>"
+                     + _svg_histogram(samples.counts, samples.bins, "documents per cluster", "clusters", log=True))
     else:
         parts.append("<p>No cluster has more than one document.</p>")
 
@@ -164,15 +228,8 @@ def build_report(run_dir: str | Path) -> str:
         parts.append("<p>No candidate pairs.</p>")
 
     parts.append("<h2>Largest clusters</h2>")
-    top = pd.concat(top, ignore_index=True).nlargest(5, "cluster_size", keep="first") if top else pd.DataFrame()
+    top, members, texts = samples.top, samples.members, samples.texts
     if len(top):
-        wanted = set(top.doc_id)
-        members = []
-        for f in files:
-            ann = read_run_table(f, columns=[prefix + c for c in cols]).rename_columns(cols).to_pandas()
-            members.append(ann[ann.dedup_id.isin(wanted) & ~ann.is_canonical])
-        members = pd.concat(members, ignore_index=True).groupby("dedup_id").head(2)
-        texts = texts_of(run, wanted | set(members.doc_id), text_field)
         for row in top.itertuples():
             sample = [("canonical", row.doc_id)] + [(m.drop_stage, m.doc_id) for m in
                                                     members[members.dedup_id == row.doc_id].itertuples()]
@@ -203,21 +260,21 @@ def build_report(run_dir: str | Path) -> str:
             f"<style>{style}</style></head><body>{''.join(parts)}</body></html>")
 
 
-def write_report(run_dir: str | Path, staged: bool = False) -> Path:
+def write_report(run_dir: str | Path, staged: bool = False, samples: ClusterSamples | None = None) -> Path:
     """Write ``report.html`` (atomically: a temporary file renamed over it).
 
     ``staged``: ``run_dir`` is a staging directory the caller is writing (and holds the lock of);
     otherwise it must be a complete run (``_SUCCESS``), and the output directory's lock is taken."""
     from ..io.writer import lock_output, require_complete
     if staged:
-        return _write_report(Path(run_dir))
+        return _write_report(Path(run_dir), samples)
     with lock_output(run_dir, "report"):
         return _write_report(require_complete(run_dir, "report", locked=True))
 
 
-def _write_report(run: Path) -> Path:
+def _write_report(run: Path, samples: ClusterSamples | None = None) -> Path:
     path = run / "report.html"
     tmp = run / ".report.html.tmp"
-    tmp.write_text(build_report(run), encoding="utf-8")
+    tmp.write_text(build_report(run, samples), encoding="utf-8")
     tmp.replace(path)
     return path

@@ -16,13 +16,17 @@ from dataclasses import dataclass
 
 import dask
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from .._version import __version__
+from ..review.report import (REPORT_COLUMNS, ClusterSamples, cluster_samples, clusters_of_part, members_of_part,
+                             write_report)
 from ..stages.annotate import alias_table, annotate_parts, apply_paragraphs, edge_batches
 from ..engine.backend import select
 from ..config import Config, annotation_names, resolve_config
 from ..engine.executor import Executor, quiet_logs
-from ..io.reader import ROW_BITS, ParsedCache, plan_partitions, read_documents
+from ..io.reader import ROW_BITS, ParsedCache, load_partition, plan_partitions, read_documents
 from .runindex import write_run_index
 from ..io.writer import StagedOutput, write_batches, write_json, write_partition
 from ..stages.contamination import ContaminationGate
@@ -103,7 +107,11 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
         result = deduplicate(ddf, cfg, executor, backend, timer, _locator(specs))
         table = result.table
         with timer("write"):
-            executor.compute(table.map(_write_part, specs, cfg=cfg, out=str(out), parsed=parsed), "write")
+            samples = _report_samples(table, executor)
+            shown = samples.shown_ids()
+            for _, texts in executor.compute(table.map(_write_part, specs, cfg=cfg, out=str(out), parsed=parsed,
+                                                       shown=shown), "write"):
+                samples.texts.update(texts)
             write_batches(executor.iter_compute(table.map(_aliases), "write aliases"), out / "aliases.parquet", cfg)
             write_batches(edge_batches(table, result.fuzzy, result.semantic, cfg.semantic.threshold, executor),
                           out / "edges.parquet", cfg)
@@ -123,14 +131,37 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
             if executor.client is not None:
                 summary["device"]["note"] = "the copies of the partition tasks on the Dask workers are not counted"
     write_json(summary, out / "summary.json")
-    from ..review.report import write_report
-    write_report(out, staged=True)
+    write_report(out, staged=True, samples=samples)
     return summary
 
 
-def _write_part(state: dict, first_row: int, spec, *, cfg: Config, out: str, parsed: ParsedCache | None) -> str:
-    return write_partition(spec, cfg, state["annotations"], state["ord"], out,
-                           parsed.take(spec) if parsed is not None else None)
+def _write_part(state: dict, first_row: int, spec, *, cfg: Config, out: str, parsed: ParsedCache | None,
+                shown: set) -> tuple[str, dict]:
+    """Write the partition's part file; return its path and the texts of its rows in ``shown`` (doc_ids)."""
+    part = (parsed.take(spec) if parsed is not None else None) or load_partition(spec, cfg.input)
+    path = write_partition(spec, cfg, state["annotations"], state["ord"], out, part)
+    if not shown:
+        return path, {}
+    ids = state["annotations"].column("doc_id")
+    rows = pc.is_in(ids, value_set=pa.array(list(shown)).cast(ids.type))
+    texts = part.table.column(cfg.input.text_field).filter(rows).to_pylist()
+    return path, dict(zip(ids.filter(rows).to_pylist(), (t or "" for t in texts)))
+
+
+def _report_samples(table: DocParts, executor: Executor) -> ClusterSamples:
+    """report.html's ``ClusterSamples`` from the partitions' annotations, before the write, which adds their
+    texts (so that the report does not read the part files again)."""
+    first = executor.compute(table.map(_clusters_of_part), "report: clusters")
+    return cluster_samples(first, lambda bins, top_ids: executor.compute(
+        table.map(_members_of_part, bins=bins, top_ids=top_ids), "report: cluster members"))
+
+
+def _clusters_of_part(state: dict, first_row: int) -> tuple:
+    return clusters_of_part(state["annotations"].select(REPORT_COLUMNS).to_pandas())
+
+
+def _members_of_part(state: dict, first_row: int, *, bins, top_ids: list) -> tuple:
+    return members_of_part(state["annotations"].select(REPORT_COLUMNS).to_pandas(), bins, top_ids)
 
 
 def _memory_bytes() -> int:
