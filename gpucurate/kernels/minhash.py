@@ -117,7 +117,10 @@ def shingle_minhash(offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_
     table_size = 16
     while table_size < 2 * max_sh:
         table_size *= 2
-    table = np.zeros(table_size, dtype=np.uint64)
+    # distinct shingles: open addressing; a slot holds a hash of text d when its stamp is d + 1, so the
+    # table needs no clearing between texts (written out here because a helper call is slower)
+    table = np.empty(table_size, dtype=np.uint64)
+    stamp = np.zeros(table_size, dtype=np.int64)
     sig = np.empty(P, dtype=np.uint32)
     shingle_seed = seed ^ M2
     for d in range(n):
@@ -132,34 +135,20 @@ def shingle_minhash(offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_
         mask = U64(size - 1)
         base = sh_offsets[d]
         w = 0
-        has_zero = False
         for u in range(nsh):
             h = shingle_seed
             for t in range(u, min(u + k, units)):
                 h = fold(h, unit_hash[t])
             h = fmix64(h)
-            # distinct shingles only: open addressing, 0 marks an empty slot, so a (2**-64 likely)
-            # zero hash is tracked on its own; written out here because a helper call is slower
-            if h == 0:
-                if has_zero:
-                    continue
-                has_zero = True
-            else:
-                slot = np.int64(h & mask)
-                while table[slot] != 0 and table[slot] != h:
-                    slot = (slot + 1) & mask
-                if table[slot] == h:
-                    continue
-                table[slot] = h
+            slot = np.int64(h & mask)
+            while stamp[slot] == d + 1 and table[slot] != h:
+                slot = (slot + 1) & mask
+            if stamp[slot] == d + 1:
+                continue
+            stamp[slot] = d + 1
+            table[slot] = h
             values[base + w] = h
             w += 1
-        for r in range(w):  # clear only the slots this text used
-            x = values[base + r]
-            if x != 0:
-                slot = np.int64(x & mask)
-                while table[slot] != 0:
-                    table[slot] = 0
-                    slot = (slot + 1) & mask
         _minhash_into(values[base:base + w], perm_a, perm_b, sig)
         sigs[d, :] = sig
         uniq_counts[d] = w

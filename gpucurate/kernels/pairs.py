@@ -126,46 +126,33 @@ def jaccard_pairs(offsets, values, pi, pj):
     max_count = 1
     for d in range(offsets.shape[0] - 1):
         max_count = max(max_count, offsets[d + 1] - offsets[d])
-    table = np.zeros(_table_size(max_count), dtype=np.uint64)
+    size = _table_size(max_count)
+    # open addressing; a slot belongs to the current A when its stamp is A's, so no clearing between A's
+    table = np.empty(size, dtype=np.uint64)
+    stamp = np.zeros(size, dtype=np.int64)
     current = -1
     mask = U64(0)
-    has_zero = False
+    owner = 0
     for t in range(p):
         a = pi[t]
         if a != current:
-            if current >= 0:  # clear the previous document's slots
-                for r in range(offsets[current], offsets[current + 1]):
-                    x = values[r]
-                    if x != 0:
-                        slot = np.int64(x & mask)
-                        while table[slot] != 0:
-                            table[slot] = 0
-                            slot = (slot + 1) & mask
             current = a
             mask = U64(_table_size(offsets[a + 1] - offsets[a]) - 1)
-            has_zero = False
             for r in range(offsets[a], offsets[a + 1]):
                 x = values[r]
-                if x == 0:
-                    has_zero = True
-                    continue
                 slot = np.int64(x & mask)
-                while table[slot] != 0:
+                while stamp[slot] == t + 1:
                     slot = (slot + 1) & mask
+                stamp[slot] = t + 1
                 table[slot] = x
+            owner = t + 1
         b = pj[t]
         inter = 0
         for r in range(offsets[b], offsets[b + 1]):
             x = values[r]
-            if x == 0:
-                inter += 1 if has_zero else 0
-                continue
             slot = np.int64(x & mask)
-            while True:
-                cur = table[slot]
-                if cur == 0:
-                    break
-                if cur == x:
+            while stamp[slot] == owner:
+                if table[slot] == x:
                     inter += 1
                     break
                 slot = (slot + 1) & mask
