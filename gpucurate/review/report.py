@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 
 from ..config import run_annotation_prefix
 from ..errors import InputError
@@ -97,23 +98,24 @@ def _funnel(summary: dict) -> list[dict]:
 def _edge_histograms(path: Path) -> dict:
     """method -> (pairs, pairs at or above the threshold, counts, bin edges) of ``edges.parquet``'s scores in
     50 bins over each method's range (``np.histogram``'s bins), read a row group at a time."""
-    def batches():
-        return iter_run_table(path, columns=["method", "score", "above_threshold"])
+    def batches():  # per batch: method -> (scores, above_threshold) as NumPy arrays
+        for batch in iter_run_table(path, columns=["method", "score", "above_threshold"]):
+            method = batch.column(0)
+            for m in pc.unique(method).to_pylist():
+                rows = pc.equal(method, m)
+                yield (m, batch.column(1).filter(rows).to_numpy(),
+                       batch.column(2).filter(rows).to_numpy(zero_copy_only=False))
     ranges: dict = {}
-    for batch in batches():
-        df = batch.to_pandas()
-        for method, group in df.groupby("method"):
-            low, high = ranges.get(method, (np.inf, -np.inf))
-            ranges[method] = (min(low, group.score.min()), max(high, group.score.max()))
+    for method, score, _ in batches():
+        low, high = ranges.get(method, (np.inf, -np.inf))
+        ranges[method] = (min(low, score.min()), max(high, score.max()))
     out = {m: [0, 0, np.zeros(50, np.int64), np.histogram_bin_edges([], bins=50, range=_span(*r))]
            for m, r in ranges.items()}
-    for batch in batches():
-        df = batch.to_pandas()
-        for method, group in df.groupby("method"):
-            h = out[method]
-            h[0] += len(group)
-            h[1] += int(group.above_threshold.sum())
-            h[2] += np.histogram(group.score, bins=h[3])[0]
+    for method, score, above in batches():
+        h = out[method]
+        h[0] += len(score)
+        h[1] += int(above.sum())
+        h[2] += np.histogram(score, bins=h[3])[0]
     return {m: tuple(h) for m, h in out.items()}
 
 
