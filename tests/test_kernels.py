@@ -207,3 +207,22 @@ def test_signatures_do_not_depend_on_the_batch_size():
             parts = minhash.signatures(offsets, data, minhash.WORD, 3, np.uint64(1), a, b, batch_bytes=batch,
                                        threads=threads)
             assert all(np.array_equal(x, y) for x, y in zip(whole, parts))
+
+
+@pytest.mark.parametrize("mode, k", [(minhash.WORD, 3), (minhash.CHAR, 4)])
+def test_signatures_of_selected_rows_equal_those_of_the_rows_taken_out(mode, k):
+    """``rows=`` gathers each batch's texts itself: the same signatures and sets as taking the rows out first,
+    on a sliced array (offsets not from 0), with empty texts, in any order and whatever the batch size."""
+    rng = np.random.default_rng(3)
+    texts = [" ".join(rng.choice(["a", "bb", "ccc", "d", "ё", "가"], rng.integers(0, 40))) for _ in range(2000)]
+    arr = normalize(pa.array(texts)).slice(37)
+    offsets, data = arrow_buffers(arr)
+    a, b = permutations(16, 1)
+    for rows in (np.arange(0, len(arr), 3), rng.permutation(len(arr))[:700], np.array([5]), np.arange(len(arr))):
+        rows = rows.astype(np.int64)
+        t_offsets, t_data = arrow_buffers(arr.take(pa.array(rows)))
+        want = minhash.signatures(t_offsets, t_data, mode, k, np.uint64(1), a, b)
+        for batch, threads in ((1 << 22, 1), (500, 2), (1, 1)):
+            got = minhash.signatures(offsets, data, mode, k, np.uint64(1), a, b, batch_bytes=batch, threads=threads,
+                                     rows=rows)
+            assert all(np.array_equal(x, y) for x, y in zip(want, got))

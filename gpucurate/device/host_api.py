@@ -52,10 +52,13 @@ def text_hashes(offsets: np.ndarray, words: np.ndarray) -> np.ndarray:
         return DEV.to_host(glue.text_hashes(DEV, out))
 
 
-def signatures(offsets, data, mode, k, seed, perm_a, perm_b, batch_bytes=None, threads=1):
+def signatures(offsets, data, mode, k, seed, perm_a, perm_b, batch_bytes=None, threads=1, rows=None):
     """``(sigs, csr_offsets, csr_values)`` of ``minhash.signatures``; each set sorted (the CPU's is in
     first-seen order: Jaccard and MinHash do not depend on the order)."""
     from types import SimpleNamespace
+    if rows is not None:  # the selected texts go up, packed on the host
+        offsets, words = cpu_minhash.gather_texts(offsets, data, rows)
+        data = words.view(np.uint8)[:offsets[-1]]
     params = SimpleNamespace(mode=mode, k=k, seed=seed, bands=1, rows=1, keep_signatures=True)
     with DEV.lock, DEV.step("fuzzy: sketch"):
         t = glue.upload_texts(DEV, offsets, data)

@@ -10,7 +10,6 @@ from functools import lru_cache
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from ..engine.backend import Backend
 from .normalize import arrow_buffers
@@ -61,13 +60,10 @@ def signature_partition(df: pd.DataFrame, mask: np.ndarray, params: FuzzyParams,
     if not mask.any():
         return (np.empty((0, params.bands), np.uint64), np.zeros(1, np.int64), np.empty(0, np.uint64),
                 np.empty((0, len(params.perm_a)), np.uint32) if params.keep_signatures else None)
-    arr = df["_text"].array._pa_array
-    offsets, data = arrow_buffers(arr)
-    if not mask.all():
-        rows = np.flatnonzero(mask)
-        offsets, data = arrow_buffers(pa.chunked_array(arr).combine_chunks().take(pa.array(rows)))
+    offsets, data = arrow_buffers(df["_text"].array._pa_array)
+    rows = None if mask.all() else np.flatnonzero(mask).astype(np.int64)
     sigs, csr_offsets, csr_values = k.signatures(offsets, data, params.mode, params.k, params.seed, params.perm_a,
-                                                 params.perm_b, threads=params.threads)
+                                                 params.perm_b, threads=params.threads, rows=rows)
     keys = k.band_keys(sigs, params.bands, params.rows, params.seed) if params.minhash_bands else \
         np.zeros((len(sigs), params.bands), np.uint64)
     return keys, csr_offsets, csr_values, (sigs if params.keep_signatures else None)
