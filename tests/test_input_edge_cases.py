@@ -209,7 +209,6 @@ def test_a_file_edited_between_the_read_and_the_write_pass(tmp_path, monkeypatch
 def test_the_writer_uses_the_read_pass_parse_within_budget(tmp_path, monkeypatch):
     """A local run writes from the read pass's parses (the writer reads nothing again) as long as they fit
     the budget; over it, the partitions are read again; the output is the same either way."""
-    import gpucurate.io.writer as writer
     import gpucurate.workflows.run as pipeline
     path = write_jsonl(tmp_path / "f.jsonl", [{"id": j, "text": f"text {j % 7} of row {j} " * 20, "x": j}
                                               for j in range(3000)])
@@ -218,8 +217,8 @@ def test_the_writer_uses_the_read_pass_parse_within_budget(tmp_path, monkeypatch
     specs = reader.plan_partitions([str(path)], cfg, {})
     assert len(specs) >= 3
     rereads = []
-    original = writer.load_partition
-    monkeypatch.setattr(writer, "load_partition", lambda spec, cfg: rereads.append(spec.index) or original(spec, cfg))
+    original = pipeline.load_partition  # what the write pass reads a partition with
+    monkeypatch.setattr(pipeline, "load_partition", lambda spec, cfg: rereads.append(spec.index) or original(spec, cfg))
     gpucurate.run([str(path)], tmp_path / "kept", overrides=overrides)
     assert rereads == []
     # a budget that holds about one partition: the others are read again
