@@ -30,6 +30,14 @@ def exchange(split, inputs: list, n_buckets: int, *args) -> list[list]:
     return [[part[b] for part in split_parts] for b in range(n_buckets)]
 
 
+def by_bucket(bucket: np.ndarray, n_buckets: int, *columns) -> tuple:
+    """``n_buckets`` pieces of an ``exchange``'s split: piece ``b`` holds, for each of ``columns`` (arrays of
+    one length), its rows whose ``bucket`` (int array) is ``b``, in their order."""
+    order = np.argsort(bucket, kind="stable")
+    cuts = np.searchsorted(bucket[order], np.arange(n_buckets + 1))
+    return tuple(tuple(c[order[cuts[b]:cuts[b + 1]]] for c in columns) for b in range(n_buckets))
+
+
 #: partitions whose rows one task of a row lookup answers for
 PARTS_PER_GROUP = 64
 

@@ -11,7 +11,7 @@ import pandas as pd
 from ..engine.backend import Backend
 from ..config import Config
 from ..engine.executor import Executor
-from ..engine.shuffle import exchange, to_owners
+from ..engine.shuffle import by_bucket, exchange, to_owners
 from .table import DocParts, canonicals, state_policy_key
 from .normalize import arrow_buffers
 from ..kernels.hashing import padded_words
@@ -104,7 +104,7 @@ def _by_hash(state: dict, first_row: int, n_buckets: int, policy: str) -> tuple:
     hashes, key = state["hash"][local], state_policy_key(state, policy)[local]
     rows = first_row + local.astype(np.int64)
     bucket = (hashes % np.uint64(n_buckets)).astype(np.int64)
-    return tuple((hashes[bucket == b], key[bucket == b], rows[bucket == b]) for b in range(n_buckets))
+    return by_bucket(bucket, n_buckets, hashes, key, rows)
 
 
 def _group_bucket(pieces: list, part_offsets: np.ndarray) -> tuple:

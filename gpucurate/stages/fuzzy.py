@@ -25,7 +25,7 @@ from ..kernels.hashing import permutations
 from ..kernels.minhash import CHAR, WORD
 from ..kernels.pairs import index_of, pack_pairs
 from .sketches import FuzzyParams, Sketches, concat_csr, optimal_bands_rows, remove_hashes, signature_partition
-from ..engine.shuffle import exchange, to_owners
+from ..engine.shuffle import by_bucket, exchange, to_owners
 from .table import DocParts, DocTable, canonicals, state_policy_key
 
 log = logging.getLogger("gpucurate")
@@ -393,8 +393,7 @@ def _members_by_label(state: dict, first_row: int, n_buckets: int, policy: str) 
     local = np.flatnonzero(state["fuzzy_component"] >= 0)
     rows, labels = first_row + local.astype(np.int64), state["fuzzy_component"][local]
     key = state_policy_key(state, policy)[local]
-    bucket = labels % n_buckets
-    return tuple((labels[bucket == b], key[bucket == b], rows[bucket == b]) for b in range(n_buckets))
+    return by_bucket(labels % n_buckets, n_buckets, labels, key, rows)
 
 
 def _component_canonicals(pieces: list, part_offsets: np.ndarray) -> tuple:

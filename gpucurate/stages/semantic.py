@@ -48,7 +48,7 @@ from ..config import SemanticConfig
 from .encoder import Encoder, encoder_available
 from ..errors import ConfigError
 from ..engine.executor import Executor
-from ..engine.shuffle import answer_columns, exchange, lookup, owner_groups, to_owners
+from ..engine.shuffle import answer_columns, by_bucket, exchange, lookup, owner_groups, to_owners
 from .table import DocParts, DocTable, id_array, state_policy_key
 
 log = logging.getLogger("gpucurate")
@@ -509,14 +509,11 @@ def _nodes_by_component(state: dict, first_row: int, n_buckets: int, keep: str, 
     label = state["semantic_component"][local]
     priority = _state_priority(state, keep, policy)[local]
     rows = first_row + local.astype(np.int64)
-    bucket = label % n_buckets
-    return tuple((label[bucket == b], rows[bucket == b], priority[bucket == b]) for b in range(n_buckets))
+    return by_bucket(label % n_buckets, n_buckets, label, rows, priority)
 
 
 def _pairs_by_component(edges: tuple, labels: tuple, n_buckets: int) -> tuple:
-    a, b, score = edges
-    bucket = labels[0] % n_buckets
-    return tuple((a[bucket == k], b[bucket == k], score[bucket == k]) for k in range(n_buckets))
+    return by_bucket(labels[0] % n_buckets, n_buckets, *edges)
 
 
 def _keep_bucket(nodes: list, pairs: list, part_offsets: np.ndarray, greedy_keep) -> tuple:

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from ..errors import InputError
 from ..engine.executor import Executor
-from ..engine.shuffle import exchange, to_owners
+from ..engine.shuffle import by_bucket, exchange, to_owners
 
 
 def _table_part(df: pd.DataFrame) -> tuple:
@@ -400,7 +400,7 @@ def _ids_by_hash(state: dict, first_row: int, n_buckets: int) -> tuple:
     ids = state["id"]
     rows = first_row + np.arange(len(ids), dtype=np.int64)
     bucket = _id_buckets(ids, n_buckets) if n_buckets > 1 else np.zeros(len(ids), np.int64)
-    return tuple((ids[bucket == b], rows[bucket == b]) for b in range(n_buckets))
+    return by_bucket(bucket, n_buckets, ids, rows)
 
 
 def _repeated_ids(pieces: list) -> tuple:
