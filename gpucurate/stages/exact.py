@@ -12,7 +12,7 @@ from ..engine.backend import Backend
 from ..config import Config
 from ..engine.executor import Executor
 from ..engine.shuffle import by_bucket, exchange, to_owners
-from .table import DocParts, canonicals, state_policy_key
+from .table import DocParts, canonicals, own_rows_with, state_policy_key
 from .normalize import arrow_buffers
 from ..kernels.hashing import padded_words
 from ..kernels.text import word_and_char_counts
@@ -117,10 +117,7 @@ def _group_bucket(pieces: list, part_offsets: np.ndarray) -> tuple:
 
 
 def _with_canonicals(state: dict, first_row: int, pieces: list) -> dict:
-    canon = first_row + np.arange(len(state["hash"]), dtype=np.int64)
-    for rows, of in pieces:
-        canon[rows - first_row] = of
-    return {"exact_canon": canon}
+    return {"exact_canon": own_rows_with(first_row, len(state["hash"]), pieces)[0]}
 
 
 def _own_canonicals(state: dict, first_row: int) -> dict:

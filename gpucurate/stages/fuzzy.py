@@ -26,7 +26,7 @@ from ..kernels.minhash import CHAR, WORD
 from ..kernels.pairs import index_of, pack_pairs
 from .sketches import FuzzyParams, Sketches, concat_csr, optimal_bands_rows, remove_hashes, signature_partition
 from ..engine.shuffle import by_bucket, exchange, to_owners
-from .table import DocParts, DocTable, canonicals, state_policy_key
+from .table import DocParts, DocTable, canonicals, own_rows_with, state_policy_key
 
 log = logging.getLogger("gpucurate")
 
@@ -407,10 +407,8 @@ def _component_canonicals(pieces: list, part_offsets: np.ndarray) -> tuple:
 
 
 def _with_canonicals(state: dict, first_row: int, participants: np.ndarray, pieces: list) -> dict:
-    canon = first_row + np.arange(len(state["ord"]), dtype=np.int64)
-    for rows, of in pieces:
-        canon[rows - first_row] = of
-    return {"fuzzy_canon": canon, "fuzzy_participant": np.asarray(participants, bool)}
+    return {"fuzzy_canon": own_rows_with(first_row, len(state["ord"]), pieces)[0],
+            "fuzzy_participant": np.asarray(participants, bool)}
 
 
 def _member_pairs(state: dict, first_row: int) -> pd.DataFrame:

@@ -49,7 +49,7 @@ from .encoder import Encoder, encoder_available
 from ..errors import ConfigError
 from ..engine.executor import Executor
 from ..engine.shuffle import answer_columns, by_bucket, exchange, lookup, owner_groups, to_owners
-from .table import DocParts, DocTable, id_array, state_policy_key
+from .table import DocParts, DocTable, id_array, own_rows_with, state_policy_key
 
 log = logging.getLogger("gpucurate")
 
@@ -531,11 +531,7 @@ def _keep_bucket(nodes: list, pairs: list, part_offsets: np.ndarray, greedy_keep
 
 
 def _kept_columns(state: dict, first_row: int, pieces: list) -> dict:
-    m = len(state["ord"])
-    canon, similarity = first_row + np.arange(m, dtype=np.int64), np.ones(m)
-    for rows, of, score in pieces:
-        canon[rows - first_row] = of
-        similarity[rows - first_row] = score
+    canon, similarity = own_rows_with(first_row, len(state["ord"]), pieces, 1.0)
     return {"semantic_canon": canon, "semantic_sim": similarity}
 
 

@@ -343,16 +343,21 @@ def state_policy_key(state: dict, policy: str) -> np.ndarray:
     raise ValueError(policy)
 
 
+def own_rows_with(first_row: int, m: int, pieces, *fills) -> list:
+    """Columns of a partition of ``m`` rows from ``first_row``: each row's own row number (a canonical
+    column where every row is its own), then one column per ``fills`` value; each piece ``(rows, *values)``
+    sets its rows' values in those columns, in order."""
+    columns = [first_row + np.arange(m, dtype=np.int64)] + [np.full(m, fill) for fill in fills]
+    for rows, *values in pieces:
+        for column, value in zip(columns, values):
+            column[rows - first_row] = value
+    return columns
+
+
 def _stage_columns(state: dict, first_row: int, piece: tuple, *, stage: str) -> dict:
     m = len(state["ord"])
-    rows, canon, similarity = piece
-    local = rows - first_row
-    out = {f"{stage}_canon": first_row + np.arange(m, dtype=np.int64), f"{stage}_sim": np.ones(m),
-           f"{stage}_participant": np.zeros(m, bool)}
-    out[f"{stage}_canon"][local] = canon
-    out[f"{stage}_sim"][local] = similarity
-    out[f"{stage}_participant"][local] = True
-    return out
+    canon, similarity, participant = own_rows_with(first_row, m, [(*piece, True)], 1.0, False)
+    return {f"{stage}_canon": canon, f"{stage}_sim": similarity, f"{stage}_participant": participant}
 
 
 def _update_state(state: dict, first_row: int, *args, columns_of, **kwargs) -> dict:
