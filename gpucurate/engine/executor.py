@@ -142,6 +142,12 @@ class Executor:
         self._wait([f for t in persisted for f in futures_of(t)], desc)
         return persisted
 
+    def values_here(self, tasks: list, desc: str) -> list:
+        """Compute delayed ``tasks`` on this process's threads and return their values (only without a
+        cluster, where results stay in this process anyway; ``compute`` is the driver's own step)."""
+        assert self.client is None, "values_here runs without a cluster"
+        return self._compute(tasks, desc)
+
     def _wait(self, futures: list, desc: str) -> None:
         """Wait for cluster ``futures`` with a progress bar, so that step timings and failures belong to
         the step that started them."""

@@ -121,9 +121,10 @@ class ParagraphDedup:
         n_buckets = max(1, -(-int(sum(sizes)) // self.spans_per_bucket))
         kept = table.map(_kept)
         inputs = [(p, kept[q], int(offs[q])) for q, p in enumerate(delayed_parts)]
-        by_hash = exchange(_spans_by_hash, inputs, n_buckets, cfg.min_span_chars)
+        by_hash = exchange(executor, _spans_by_hash, inputs, n_buckets, cfg.min_span_chars, desc="paragraphs: split")
         buckets = [dask.delayed(_repeated_spans)(pieces, cfg.max_occurrences, cfg.keep) for pieces in by_hash]
-        to_cut = exchange(_cuts_by_partition, [(b,) for b in buckets], len(delayed_parts), offs)
+        to_cut = exchange(executor, _cuts_by_partition, [(b,) for b in buckets], len(delayed_parts), offs,
+                          desc="paragraphs: repeated spans")
         cuts = [dask.delayed(_partition_cuts)(p, pieces, int(offs[q]), cfg.min_doc_chars)
                 for q, (p, pieces) in enumerate(zip(delayed_parts, to_cut))]
         table = table.update(executor, _apply_cuts, "paragraphs: repeated spans", cuts, apply=apply)

@@ -314,7 +314,7 @@ class SemanticDedup:
                                            for p in parts], "semantic: assign")
         table = table.update(executor, _assigned_columns, "semantic: clusters", assigned)
         n_buckets = max(1, math.ceil(m / self.points_per_bucket))
-        pieces = exchange(_split_by_bucket, list(zip(parts, assigned)), n_buckets)
+        pieces = exchange(executor, _split_by_bucket, list(zip(parts, assigned)), n_buckets, desc="semantic: split")
         found = executor.persist_tasks([dask.delayed(_search_bucket)(pieces[b], b, n_buckets, n_clusters,
                                                                      cfg.threshold, self.device,
                                                                      kernels.search_clusters)
@@ -344,9 +344,11 @@ class SemanticDedup:
         edge_labels = lookup(executor, [dask.delayed(_edge_rows)(e) for e in edges],
                              table.columns("semantic_component"), offs, answer_columns, "semantic: components")
         n_buckets_keep = max(1, -(-(2 * n_edges) // self.members_per_bucket))
-        nodes = exchange(_nodes_by_component, [(s, first) for s, first in zip(table.states, table.first_rows())],
-                         n_buckets_keep, cfg.keep, self.policy)
-        pairs = exchange(_pairs_by_component, list(zip(edges, edge_labels)), n_buckets_keep)
+        nodes = exchange(executor, _nodes_by_component, [(s, first) for s, first in zip(table.states,
+                                                                                         table.first_rows())],
+                         n_buckets_keep, cfg.keep, self.policy, desc="semantic: split")
+        pairs = exchange(executor, _pairs_by_component, list(zip(edges, edge_labels)), n_buckets_keep,
+                         desc="semantic: split")
         kept = executor.persist_tasks([dask.delayed(_keep_bucket)(nodes[b], pairs[b], offs, kernels.greedy_keep)
                                        for b in range(n_buckets_keep)], "semantic: keep rule")
         table = table.update(executor, _kept_columns, "semantic: canonicals",

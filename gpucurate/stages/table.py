@@ -250,7 +250,7 @@ class DocParts:
         n_buckets = max(1, -(-self.n // self.ids_per_bucket))
         inputs = [(s, first) for s, first in zip(self.states, self.first_rows())]
         found = executor.compute([dask.delayed(_repeated_ids)(pieces) for pieces in
-                                  exchange(_ids_by_hash, inputs, n_buckets)], "check ids")
+                                  exchange(executor, _ids_by_hash, inputs, n_buckets, desc="check ids")], "check ids")
         rows, firsts, repeat, ids = (np.concatenate([f[k] for f in found]) for k in range(4))
         if not len(rows):
             return self
