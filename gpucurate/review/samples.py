@@ -53,13 +53,17 @@ def texts_of(run: Path, doc_ids: set, text_field: str) -> dict:
     doc_id = run_annotation_prefix(json.loads((run / "summary.json").read_text())["config"]) + "doc_id"
     if not doc_ids:
         return texts
-    wanted = pa.array(list(doc_ids))
     for f in sorted((run / "annotations").glob("part-*.parquet")):
         t = pq.read_table(f, columns=[doc_id, text_field])
-        t = t.filter(pc.is_in(t.column(doc_id), value_set=wanted.cast(t.schema.field(doc_id).type)))
-        # filtered in Arrow: only the few wanted texts become Python strings
-        texts.update(zip(t.column(doc_id).to_pylist(), (x or "" for x in t.column(text_field).to_pylist())))
+        texts.update(texts_by_id(t.column(doc_id), t.column(text_field), doc_ids))
     return texts
+
+
+def texts_by_id(ids, texts, wanted: set) -> dict:
+    """doc_id -> text (null: "") of the rows of Arrow columns ``ids`` and ``texts`` whose id is in ``wanted``;
+    filtered in Arrow, so only the few wanted texts become Python strings."""
+    rows = pc.is_in(ids, value_set=pa.array(list(wanted)).cast(ids.type))
+    return dict(zip(ids.filter(rows).to_pylist(), (x or "" for x in texts.filter(rows).to_pylist())))
 
 
 def sample_pairs(run_dir: str | Path, n: int = 300, seed: int = 0, bins: int = 8, spread: float = 0.15) -> pd.DataFrame:

@@ -77,8 +77,8 @@ class ExactDedup:
                              arg=arg)
         if self.cfg.exact.enabled and table.n:
             n_buckets = max(1, -(-table.n // self.rows_per_bucket))
-            inputs = [(s, first) for s, first in zip(table.states, table.first_rows())]
-            pieces = exchange(executor, _by_hash, inputs, n_buckets, self.cfg.canonical.policy, desc="exact: split")
+            pieces = exchange(executor, _by_hash, table.state_rows(), n_buckets, self.cfg.canonical.policy,
+                              desc="exact: split")
             groups = executor.persist_tasks([dask.delayed(_group_bucket)(p, table.part_offsets) for p in pieces],
                                             "exact: group")
             table = table.update(executor, _with_canonicals, "exact: group", [[g[p] for g in groups]

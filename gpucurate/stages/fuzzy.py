@@ -326,9 +326,8 @@ class FuzzyDedup:
         n_buckets = max(1, -(-2 * n_edges // self.members_per_bucket))
         labelled = table.update(executor, label_column, "fuzzy: labels",
                                 [[b[q] for b in by_owner] for q in range(n_parts)], name="fuzzy_component")
-        pieces = exchange(executor, _members_by_label, [(s, first) for s, first in zip(labelled.states,
-                                                                                        labelled.first_rows())],
-                          n_buckets, self.policy, desc="fuzzy: split")
+        pieces = exchange(executor, _members_by_label, labelled.state_rows(), n_buckets, self.policy,
+                          desc="fuzzy: split")
         groups = executor.persist_tasks([dask.delayed(_component_canonicals)(p, offs) for p in pieces],
                                         "fuzzy: canonicals")
         table = table.update(executor, _with_canonicals, "fuzzy: canonicals", participants,

@@ -344,9 +344,8 @@ class SemanticDedup:
         edge_labels = lookup(executor, [dask.delayed(_edge_rows)(e) for e in edges],
                              table.columns("semantic_component"), offs, answer_columns, "semantic: components")
         n_buckets_keep = max(1, -(-(2 * n_edges) // self.members_per_bucket))
-        nodes = exchange(executor, _nodes_by_component, [(s, first) for s, first in zip(table.states,
-                                                                                         table.first_rows())],
-                         n_buckets_keep, cfg.keep, self.policy, desc="semantic: split")
+        nodes = exchange(executor, _nodes_by_component, table.state_rows(), n_buckets_keep, cfg.keep, self.policy,
+                         desc="semantic: split")
         pairs = exchange(executor, _pairs_by_component, list(zip(edges, edge_labels)), n_buckets_keep,
                          desc="semantic: split")
         kept = executor.persist_tasks([dask.delayed(_keep_bucket)(nodes[b], pairs[b], offs, kernels.greedy_keep)

@@ -176,6 +176,10 @@ class DocParts:
     def first_rows(self) -> list[int]:
         return [int(o) for o in self.part_offsets[:-1]]
 
+    def state_rows(self) -> list[tuple]:
+        """``(state, first_row)`` of every partition: the inputs of an exchange over the states."""
+        return list(zip(self.states, self.first_rows()))
+
     def update(self, executor: Executor, fn, desc: str, *per_part, **kwargs) -> "DocParts":
         """A table whose state ``p`` is ``fn(states[p], first_row, *(x[p] for x in per_part), **kwargs)`` (a dict
         of new or replaced columns, merged into the state), computed and kept where the state is."""
@@ -197,7 +201,7 @@ class DocParts:
     def map(self, fn, *per_part, **kwargs) -> list:
         """Delayed ``fn(states[p], first_row, *(x[p] for x in per_part), **kwargs)`` for every partition."""
         return [dask.delayed(fn)(s, first, *(x[p] for x in per_part), **kwargs)
-                for p, (s, first) in enumerate(zip(self.states, self.first_rows()))]
+                for p, (s, first) in enumerate(self.state_rows())]
 
     def columns(self, *names: str) -> list:
         """Delayed per-partition tuples of the named columns (what a row lookup's owners hold)."""
@@ -248,7 +252,7 @@ class DocParts:
         the first repeat, ``suffix`` renames the k-th repeat of an id to ``"<id>#dup<k>"`` (every id becomes a
         string). This process holds the repeats only."""
         n_buckets = max(1, -(-self.n // self.ids_per_bucket))
-        inputs = [(s, first) for s, first in zip(self.states, self.first_rows())]
+        inputs = self.state_rows()
         found = executor.compute([dask.delayed(_repeated_ids)(pieces) for pieces in
                                   exchange(executor, _ids_by_hash, inputs, n_buckets, desc="check ids")], "check ids")
         rows, firsts, repeat, ids = (np.concatenate([f[k] for f in found]) for k in range(4))

@@ -16,10 +16,9 @@ from dataclasses import dataclass
 
 import dask
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from .._version import __version__
+from ..review.samples import texts_by_id
 from ..review.report import (REPORT_COLUMNS, ClusterSamples, cluster_samples, clusters_of_part, members_of_part,
                              write_report)
 from ..stages.annotate import alias_table, annotate_parts, apply_paragraphs, edge_batches
@@ -142,10 +141,7 @@ def _write_part(state: dict, first_row: int, spec, *, cfg: Config, out: str, par
     path = write_partition(spec, cfg, state["annotations"], state["ord"], out, part)
     if not shown:
         return path, {}
-    ids = state["annotations"].column("doc_id")
-    rows = pc.is_in(ids, value_set=pa.array(list(shown)).cast(ids.type))
-    texts = part.table.column(cfg.input.text_field).filter(rows).to_pylist()
-    return path, dict(zip(ids.filter(rows).to_pylist(), (t or "" for t in texts)))
+    return path, texts_by_id(state["annotations"].column("doc_id"), part.table.column(cfg.input.text_field), shown)
 
 
 def _report_samples(table: DocParts, executor: Executor) -> ClusterSamples:
