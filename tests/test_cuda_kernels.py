@@ -180,6 +180,18 @@ def test_glue_on_the_strict_namespace(strict_dev):
     assert np.array_equal(dev.to_host(glue.canonicals(dev, labels, dev.to_device(key))),
                           cpu_canonicals(ref_labels, local, key))
     assert np.array_equal(dev.to_host(glue.canonicals(dev, labels)), cpu_canonicals(ref_labels, local, 0 * key))
+    # the Dask path's pieces: an exchange's split and a gather of sets
+    from gpucurate.engine.shuffle import by_bucket
+    bucket = (keys[:, 0] % np.uint64(5)).astype(np.int64)
+    row = np.arange(len(keys), dtype=np.int64)
+    pieces = glue.by_bucket(dev, dev.to_device(bucket), 5, dev.to_device(keys[:, 0]), dev.to_device(row))
+    for got, want in zip(pieces, by_bucket(bucket, 5, keys[:, 0], row)):
+        assert all(np.array_equal(dev.to_host(g), w) for g, w in zip(got, want))
+    pick = np.array([7, 0, 7, len(rows) - 1, 3], np.int64)
+    got_off, got_val = glue.take_sets(dev, sub.set_offsets, sub.set_values, dev.to_device(pick))
+    all_off, all_val = dev.to_host(sub.set_offsets), dev.to_host(sub.set_values)
+    assert np.array_equal(dev.to_host(got_off), np.concatenate(([0], np.cumsum(np.diff(all_off)[pick]))))
+    assert np.array_equal(dev.to_host(got_val), np.concatenate([all_val[all_off[r]:all_off[r + 1]] for r in pick]))
 
 
 def _corpus(tmp_path, n=320, seed=1):
@@ -240,12 +252,14 @@ def test_gpu_run_matches_cpu(tmp_path, over):
     assert json.loads((tmp_path / "gpu" / "summary.json").read_text())["device"] == gpu["device"]
 
 
-def test_gpu_run_on_the_strict_namespace(tmp_path, strict_dev, monkeypatch):
+@pytest.mark.parametrize("lsh", ["driver", "dask"])
+def test_gpu_run_on_the_strict_namespace(tmp_path, strict_dev, monkeypatch, lsh):
     """A whole run with the strict namespace standing in for CuPy: any NumPy fallback or implicit
-    conversion inside the device path fails."""
+    conversion inside the device path (in one process, or in the Dask LSH's exchanges) fails."""
     monkeypatch.setenv("GPUCURATE_SIM_XP", "strict")
-    src, texts = _corpus(tmp_path, n=200, seed=2)
-    cpu, gpu = _run_both(tmp_path, src, {"input.partition_bytes": 4096, "canonical.policy": "longest"})
+    src, texts = _corpus(tmp_path, n=200, seed=2) if lsh == "driver" else _near_copies(tmp_path, n=120)
+    cpu, gpu = _run_both(tmp_path, src, {"input.partition_bytes": 4096, "canonical.policy": "longest",
+                                         "fuzzy.lsh": lsh})
     assert gpu["device"]["arrays"] == "strict"
     _assert_ledger_targets(gpu, texts)
 
@@ -282,13 +296,50 @@ def test_launch_checks_the_declared_signature():
         dev.launch("probe", 4, np.zeros(4, np.int32))
 
 
+def _near_copies(tmp_path, n=300, seed=7):
+    """Near copies of 25 texts (up to 3 words replaced) and some unique ones, over several partitions: many
+    candidate pairs whose two ends are in different partitions."""
+    rng = random.Random(seed)
+    vocab = [f"w{i}" for i in range(500)] + ["ёж", "über", "naïve", "日本"]
+    bases = [[rng.choice(vocab) for _ in range(rng.randint(8, 40))] for _ in range(25)]
+    texts = []
+    for i in range(n):
+        words = list(rng.choice(bases))
+        for _ in range(rng.randint(0, 3)):
+            words[rng.randrange(len(words))] = rng.choice(vocab)
+        texts.append(" ".join(words) if i % 7 else " ".join(rng.choice(vocab) for _ in range(rng.randint(0, 30))))
+    return write_jsonl(tmp_path / "near.jsonl", [{"id": i, "text": t} for i, t in enumerate(texts)]), texts
+
+
+@pytest.mark.parametrize("over", [
+    {"fuzzy.components": "driver"},
+    {"fuzzy.components": "dask", "fuzzy.max_bucket_size": 4, "fuzzy.bucket_anchors": 1},
+], ids=["components-driver", "components-dask-anchors"])
+def test_gpu_dask_lsh_in_one_process(tmp_path, over):
+    """``fuzzy.lsh=dask`` on the GPU backend: the band entries, pairs and shingle sets move between the
+    partition tasks as device arrays (``device.distributed``); the result equals the CPU's."""
+    src, texts = _near_copies(tmp_path)
+    cpu, gpu = _run_both(tmp_path, src, {"input.partition_bytes": 6000, "fuzzy.lsh": "dask",
+                                         "canonical.policy": "longest", **over})
+    fuzzy = gpu["stages"]["fuzzy"]
+    assert fuzzy["lsh"] == "dask" and fuzzy["device_resident"] and gpu["device"]["resident"]
+    assert fuzzy["duplicates"] == cpu["stages"]["fuzzy"]["duplicates"] > 50 and fuzzy["candidate_pairs"] > 300
+    assert gpu["stages"]["input"]["partitions"] >= 5
+    _assert_ledger_targets(gpu, texts)
+
+
 def test_gpu_backend_on_a_cluster(tmp_path):
     """``--backend gpu`` with the partition tasks on Dask worker processes (as one worker per GPU under
-    dask-cuda): each worker makes its own device arrays; the result equals the CPU run's."""
+    dask-cuda): each worker uses its own device arrays, each partition's text goes up once on the worker
+    that reads it and the LSH runs on the workers' device arrays; the result equals the CPU run's, and the
+    ledger sums the workers' copies."""
     distributed = pytest.importorskip("distributed")
-    src, _ = _corpus(tmp_path, n=120, seed=4)
+    src, texts = _near_copies(tmp_path, n=200)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                                   host="127.0.0.1") as cluster:
-        cpu, gpu = _run_both(tmp_path, src, {"input.partition_bytes": 2048, "fuzzy.lsh": "dask",
+        cpu, gpu = _run_both(tmp_path, src, {"input.partition_bytes": 6000, "canonical.policy": "longest",
                                              "run.scheduler": cluster.scheduler_address})
     assert gpu["executor"].startswith("dask cluster") and gpu["stages"]["fuzzy"]["lsh"] == "dask"
+    assert gpu["device"]["resident"] and gpu["device"]["processes"] == 3
+    assert gpu["stages"]["fuzzy"]["duplicates"] == cpu["stages"]["fuzzy"]["duplicates"] > 30
+    _assert_ledger_targets(gpu, texts)

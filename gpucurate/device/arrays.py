@@ -53,6 +53,21 @@ class TransferLedger:
                               + (self.to_host[s][1] if s in self.to_host else 0)} for s in steps}}
 
 
+def merge_ledgers(summaries: list[dict]) -> dict:
+    """One ``TransferLedger.summary()`` of several processes' (a cluster's workers and this one): bytes and
+    transfers added up per step, the largest peak."""
+    steps: dict = defaultdict(lambda: {"bytes_to_device": 0, "bytes_to_host": 0, "transfers": 0})
+    for summary in summaries:
+        for name, counts in summary["steps"].items():
+            for key, value in counts.items():
+                steps[name][key] += value
+    peaks = [s["peak_device_bytes"] for s in summaries if s["peak_device_bytes"] is not None]
+    return {"bytes_to_device": sum(s["bytes_to_device"] for s in summaries),
+            "bytes_to_host": sum(s["bytes_to_host"] for s in summaries),
+            "transfers": sum(s["transfers"] for s in summaries), "peak_device_bytes": max(peaks) if peaks else None,
+            "steps": dict(sorted(steps.items()))}
+
+
 class DeviceArrays:
     """One backend's arrays.
 
@@ -164,6 +179,18 @@ def process_arrays(kind: str) -> DeviceArrays:
     if kind not in _PROCESS_ARRAYS:
         _PROCESS_ARRAYS[kind] = cupy_arrays() if kind == "cupy" else simulated_arrays(strict=kind == "strict")
     return _PROCESS_ARRAYS[kind]
+
+
+def process_ledger(kind: str, reset: bool = False) -> dict | None:
+    """This process's ledger of ``kind`` arrays (``TransferLedger.summary``; None when it has none), and
+    reset it when asked: a run collects its Dask workers' ledgers with ``client.run``."""
+    dev = _PROCESS_ARRAYS.get(kind)
+    if dev is None:
+        return None
+    summary = dev.ledger.summary()
+    if reset:
+        dev.ledger = TransferLedger()
+    return summary
 
 
 def simulated_arrays(strict: bool = False) -> DeviceArrays:

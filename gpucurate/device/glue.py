@@ -57,7 +57,7 @@ def upload_texts(dev, offsets: np.ndarray, data: np.ndarray) -> DeviceTexts:
     return DeviceTexts(xp.astype(dev_offsets, xp.int64), words, stop - start)
 
 
-def _segment_ids(xp, seg_offsets, total: int):
+def segment_ids(xp, seg_offsets, total: int):
     """int64[total]: the segment of each element of segments ``seg_offsets`` (int64[k + 1], from 0)."""
     return xp.searchsorted(seg_offsets[1:], xp.arange(total, dtype=xp.int64), side="right")
 
@@ -73,7 +73,7 @@ def lexsort_order(xp, primary, secondary):
     return xp.take(by_secondary, xp.argsort(xp.take(primary, by_secondary), stable=True))
 
 
-def _run_starts(xp, sorted_values):
+def run_starts(xp, sorted_values):
     """bool[m]: where a run of equal values starts."""
     if sorted_values.shape[0] == 0:
         return xp.zeros(0, dtype=xp.bool)
@@ -128,7 +128,7 @@ def unit_hashes(dev, t: DeviceTexts, bounds, cursor, mode: int, seed):
     unit_first = _exclusive_cumsum(xp, units)
     total = dev.scalar(unit_first[-1])
     out = dev.empty(total, xp.uint64)
-    dev.launch("unit_hashes", total, t.words, t.offsets, bounds, cursor, unit_first, _segment_ids(xp, unit_first, total),
+    dev.launch("unit_hashes", total, t.words, t.offsets, bounds, cursor, unit_first, segment_ids(xp, unit_first, total),
                mode, np.uint64(seed), out)
     return out, unit_first
 
@@ -140,13 +140,13 @@ def shingle_sets(dev, unit_hash, unit_first, k: int, seed):
     counts = xp.where(units > k, units - k + 1, xp.minimum(units, 1))
     sh_first = _exclusive_cumsum(xp, counts)
     total = dev.scalar(sh_first[-1])
-    sh_doc = _segment_ids(xp, sh_first, total)
+    sh_doc = segment_ids(xp, sh_first, total)
     hashes = dev.empty(total, xp.uint64)
     dev.launch("shingle_hashes", total, unit_hash, unit_first, sh_first, sh_doc, k, np.uint64(seed), hashes)
     hashes = xp.take(hashes, lexsort_order(xp, sh_doc, hashes))  # by (text, hash); sh_doc stays in order
-    first = _run_starts(xp, hashes)
+    first = run_starts(xp, hashes)
     if total:
-        first = first | _run_starts(xp, sh_doc)
+        first = first | run_starts(xp, sh_doc)
     values, kept_doc = hashes[first], sh_doc[first]
     n = units.shape[0]
     return xp.searchsorted(kept_doc, xp.arange(n + 1, dtype=xp.int64)), values
@@ -185,7 +185,7 @@ def select(dev, sk: DeviceSketch, mask) -> DeviceSketch:
     """The sketches of the texts where ``mask`` (bool[n], on the device) is true, in order."""
     xp = dev.xp
     lengths = (sk.set_offsets[1:] - sk.set_offsets[:-1])[mask]
-    owner = _segment_ids(xp, sk.set_offsets, sk.set_values.shape[0])
+    owner = segment_ids(xp, sk.set_offsets, sk.set_values.shape[0])
     values = sk.set_values[xp.take(mask, owner)] if sk.set_values.shape[0] else sk.set_values
     return DeviceSketch(sk.keys[mask], _exclusive_cumsum(xp, lengths), values,
                         sk.sigs[mask] if sk.sigs is not None else None)
@@ -207,13 +207,21 @@ def candidate_pairs(dev, keys, max_bucket: int, anchors: int):
     xp = dev.xp
     m, bands = keys.shape
     flat = xp.reshape(keys, (-1,))
-    total_entries = flat.shape[0]
-    if total_entries == 0:
+    if flat.shape[0] == 0:
         return dev.empty(0, xp.int64), dev.empty(0, xp.int64)
     order = xp.argsort(flat, stable=True)  # within a bucket, by document (entries are in document order)
-    sorted_keys = xp.take(flat, order)
-    docs = order // bands
-    starts = _run_starts(xp, sorted_keys)
+    packed = unique_pairs(dev, bucket_pairs(dev, xp.take(flat, order), order // bands, max_bucket, anchors))
+    return unpack_pairs(dev, packed)
+
+
+def bucket_pairs(dev, sorted_keys, docs, max_bucket: int, anchors: int):
+    """uint64 packed pairs ``min << 32 | max`` of the LSH bucket entries ``(sorted_keys, docs)``, sorted by
+    key and, within a key, by document (``pairs.bucket_pairs``' rule), with repeats and ``NO_PAIR``."""
+    xp = dev.xp
+    total_entries = sorted_keys.shape[0]
+    if total_entries == 0:
+        return dev.empty(0, xp.uint64)
+    starts = run_starts(xp, sorted_keys)
     run_start = xp.nonzero(starts)[0]
     run_end = xp.concat([run_start[1:], xp.full(1, total_entries, dtype=xp.int64)])
     entry_run = xp.cumulative_sum(xp.astype(starts, xp.int64)) - 1
@@ -227,10 +235,65 @@ def candidate_pairs(dev, keys, max_bucket: int, anchors: int):
     packed = dev.empty(total, xp.uint64)
     dev.launch("emit_bucket_pairs", total_entries, docs, entry_run, run_start, run_end, emit_at[:-1], max_bucket,
                anchors, packed)
+    return packed
+
+
+def unique_pairs(dev, packed):
+    """The distinct packed pairs, sorted, without ``NO_PAIR``."""
+    xp = dev.xp
     packed = xp.sort(packed)
-    keep = _run_starts(xp, packed) & (packed != int(NO_PAIR))
-    packed = packed[keep]
+    return packed[run_starts(xp, packed) & (packed != int(NO_PAIR))]
+
+
+def pack_pairs(dev, pi, pj):
+    """uint64 ``pi << 32 | pj`` (both int64 in ``[0, 2**32)``)."""
+    xp = dev.xp
+    return (xp.astype(pi, xp.uint64) << 32) | xp.astype(pj, xp.uint64)
+
+
+def unpack_pairs(dev, packed):
+    xp = dev.xp
     return xp.astype(packed >> 32, xp.int64), xp.astype(packed & 0xFFFFFFFF, xp.int64)
+
+
+def by_bucket(dev, bucket, n_buckets: int, *columns) -> tuple:
+    """``n_buckets`` pieces of an exchange's split (``engine.shuffle.by_bucket`` on the device): piece ``b``
+    holds, for each of ``columns``, its elements whose ``bucket`` (int64) is ``b``, in their order. The cut
+    points come to the host (8 bytes a bucket) to slice the pieces."""
+    return by_buckets(dev, n_buckets, (bucket, *columns))[0]
+
+
+def by_buckets(dev, n_buckets: int, *groups) -> list[tuple]:
+    """``by_bucket`` of several groups ``(bucket, *columns)`` at once, their cut points in one copy."""
+    xp = dev.xp
+    orders = [xp.argsort(g[0], stable=True) for g in groups]
+    bounds = xp.arange(n_buckets + 1, dtype=xp.int64)
+    cuts = dev.to_host(xp.concat([xp.searchsorted(xp.take(g[0], order), bounds) for g, order in zip(groups, orders)]))
+    out = []
+    for k, (g, order) in enumerate(zip(groups, orders)):
+        cut = cuts[k * (n_buckets + 1):(k + 1) * (n_buckets + 1)]
+        ordered = [xp.take(c, order, axis=0) for c in g[1:]]
+        out.append(tuple(tuple(c[int(cut[b]):int(cut[b + 1])] for c in ordered) for b in range(n_buckets)))
+    return out
+
+
+def owners(dev, part_offsets, rows):
+    """int64: the partition of each table row (``part_offsets`` int64[P + 1] on the device)."""
+    xp = dev.xp
+    return xp.searchsorted(part_offsets[1:], rows, side="right")
+
+
+def take_sets(dev, set_offsets, set_values, index):
+    """The sets ``index`` (int64) of a CSR, in that order: ``(offsets int64[k + 1], values)``."""
+    xp = dev.xp
+    lengths = xp.take(set_offsets[1:] - set_offsets[:-1], index)
+    offsets = _exclusive_cumsum(xp, lengths)
+    total = dev.scalar(offsets[-1])
+    if total == 0:
+        return offsets, dev.empty(0, set_values.dtype)
+    seg = segment_ids(xp, offsets, total)
+    source = xp.take(xp.take(set_offsets, index), seg) + (xp.arange(total, dtype=xp.int64) - xp.take(offsets, seg))
+    return offsets, xp.take(set_values, source)
 
 
 def jaccard(dev, set_offsets, set_values, pi, pj):
@@ -269,7 +332,7 @@ def canonicals(dev, labels, key=None):
     xp = dev.xp
     m = labels.shape[0]
     order = lexsort_order(xp, labels, key)
-    starts = _run_starts(xp, xp.take(labels, order))
+    starts = run_starts(xp, xp.take(labels, order))
     group = xp.cumulative_sum(xp.astype(starts, xp.int64)) - 1
     canon_sorted = xp.take(order, xp.take(xp.nonzero(starts)[0], group))
     out = dev.empty(m, xp.int64)

@@ -83,7 +83,7 @@ def _sorted_sets(offsets, values):
     """The sets on the device, each sorted (the merge in ``jaccard_sorted`` needs it)."""
     xp = DEV.xp
     off, val = DEV.to_device(offsets.astype(np.int64)), DEV.to_device(values)
-    owner = glue._segment_ids(xp, off, val.shape[0])
+    owner = glue.segment_ids(xp, off, val.shape[0])
     return off, xp.take(val, glue.lexsort_order(xp, owner, val))
 
 

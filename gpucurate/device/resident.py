@@ -1,9 +1,11 @@
 """The device-resident exact + fuzzy path of one process with one GPU.
 
 Each partition's normalized text goes up once (``text_pass``): its exact hashes and counts come back,
-its MinHash sketches stay on the device. ``cluster`` then selects the fuzzy participants, buckets,
-verifies and labels them on the device; only the canonicals, similarities and the scored candidate
-pairs come back. ``DeviceArrays.ledger`` counts every copy.
+its MinHash sketches stay on the device, in the partition's state (``DocParts``; on a Dask cluster, in
+the memory of the worker that holds the state). In one process ``cluster`` then selects the fuzzy
+participants, buckets, verifies and labels them on the device; only the canonicals, similarities and
+the scored candidate pairs come back. On a cluster (or with ``fuzzy.lsh=dask``) ``device.distributed``
+buckets and verifies the sketches where they are. ``DeviceArrays.ledger`` counts every copy.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ class ClusterResult:
 
 
 class ResidentCorpus:
-    """Device results of the partitions of one run, kept between the exact and the fuzzy stage.
+    """The device-resident exact + fuzzy path of a run (pickled into the partition tasks: on a worker it
+    uses that process's device).
 
     Parameters
     ----------
@@ -43,8 +46,10 @@ class ResidentCorpus:
 
     def __init__(self, dev: DeviceArrays, params=None):
         self.dev, self.params = dev, params
-        self.sketches: dict[int, glue.DeviceSketch] = {}
         self._perms = None
+
+    def __getstate__(self):
+        return {"dev": self.dev, "params": self.params, "_perms": None}  # a worker uploads its own
 
     def _permutations(self):
         if self._perms is None:
@@ -52,9 +57,9 @@ class ResidentCorpus:
                 self._perms = (self.dev.to_device(self.params.perm_a), self.dev.to_device(self.params.perm_b))
         return self._perms
 
-    def text_pass(self, index: int, offsets: np.ndarray, data: np.ndarray):
-        """Partition ``index``'s texts up once: ``(hashes uint64[n], words int64[n], chars int64[n])`` back,
-        its sketches (when there are fuzzy params) kept for ``cluster``."""
+    def text_pass(self, offsets: np.ndarray, data: np.ndarray):
+        """A partition's texts up once: ``(hashes uint64[n], words int64[n], chars int64[n])`` back, and its
+        ``glue.DeviceSketch`` on the device (None without fuzzy params)."""
         dev, xp = self.dev, self.dev.xp
         with dev.lock:
             with dev.step("upload text"):
@@ -65,24 +70,28 @@ class ResidentCorpus:
             with dev.step("exact: hashes and counts"):
                 out = (dev.to_host(hashes), dev.to_host(xp.astype(units.words, xp.int32)).astype(np.int64),
                        dev.to_host(xp.astype(units.chars, xp.int32)).astype(np.int64))
+            sketch = None
             if self.params is not None:
                 with dev.step("fuzzy: sketch"):
-                    self.sketches[index] = glue.sketch(dev, t, units, self.params, *self._permutations())
-        return out
+                    sketch = glue.sketch(dev, t, units, self.params, *self._permutations())
+        return (*out, sketch)
 
-    def cluster(self, masks: list[np.ndarray], key: np.ndarray | None, threshold: float, verify: bool,
-                max_bucket: int, anchors: int) -> ClusterResult:
-        """Clusters of the participants (``masks[p]``: bool over partition p's rows); ``key`` int64[m]
+    def cluster(self, sketches: list, masks: list[np.ndarray], key: np.ndarray | None, threshold: float,
+                verify: bool, max_bucket: int, anchors: int) -> ClusterResult:
+        """Clusters of the participants (``masks[p]``: bool over the rows of partition p, whose sketch is
+        ``sketches[p]``; the list is emptied as they are selected, so each is freed then); ``key`` int64[m]
         the canonical policy's key of each participant, None for input order."""
         dev, xp = self.dev, self.dev.xp
         p = self.params
         with dev.lock:
             with dev.step("fuzzy: participants"):
-                parts = [glue.select(dev, self.sketches.pop(i), dev.to_device(mask)) for i, mask in enumerate(masks)]
+                parts = []
+                for i, mask in enumerate(masks):
+                    parts.append(glue.select(dev, sketches[i], dev.to_device(mask)))
+                    sketches[i] = None
                 sk = glue.concat_sketches(dev, parts, p.bands, len(p.perm_a))
                 key_dev = dev.to_device(key) if key is not None else None
             del parts
-            self.sketches.clear()
             m = sk.keys.shape[0]
             with dev.step("fuzzy: lsh"):
                 has = (sk.set_offsets[1:] - sk.set_offsets[:-1]) > 0

@@ -29,11 +29,12 @@ def text_hash_partition(df: pd.DataFrame, backend: Backend, index: int = 0):
 
 
 def resident_partition(df: pd.DataFrame, resident, index: int):
-    """``text_hash_partition`` on the device, keeping the partition's sketches there (``ResidentCorpus``)."""
+    """``text_hash_partition`` on the device (``ResidentCorpus.text_pass``), and the partition's sketches,
+    which stay on the device (None without fuzzy params)."""
     offsets, data = arrow_buffers(df["_text"].array._pa_array) if len(df) else (np.zeros(1, np.int64),
                                                                                    np.empty(0, np.uint8))
-    hashes, words, chars = resident.text_pass(index, offsets, data)
-    return hashes, np.diff(offsets) == 0, words, chars
+    hashes, words, chars, sketch = resident.text_pass(offsets, data)
+    return hashes, np.diff(offsets) == 0, words, chars, sketch
 
 
 @dataclass
@@ -68,8 +69,8 @@ class ExactDedup:
         self.cfg, self.backend = cfg, backend
 
     def run(self, ddf, table: DocParts, executor: Executor, resident=None) -> tuple[DocParts, int]:
-        """``resident``: a ``device.resident.ResidentCorpus`` (GPU backend in one process): each partition's
-        text goes up once, its hashes come back and its fuzzy sketches stay on the device."""
+        """``resident``: a ``device.resident.ResidentCorpus`` (GPU backend): each partition's text goes up
+        once, its hashes come back and its fuzzy sketches stay on the device, as the state's ``sketch``."""
         task = text_hash_partition if resident is None else resident_partition
         arg = self.backend if resident is None else resident
         n_parts = table.npartitions
@@ -90,8 +91,10 @@ class ExactDedup:
 
 
 def _hashed(state: dict, first_row: int, df: pd.DataFrame, index: int, *, task, arg) -> dict:
-    hashes, empty, words, chars = task(df, arg, index)
-    return {"hash": hashes, "empty": empty, "words": words, "chars": chars}
+    columns = dict(zip(("hash", "empty", "words", "chars", "sketch"), task(df, arg, index)))
+    if columns.get("sketch", 0) is None:
+        del columns["sketch"]
+    return columns
 
 
 def _by_hash(state: dict, first_row: int, n_buckets: int, policy: str) -> tuple:

@@ -134,24 +134,26 @@ class FuzzyDedup:
             return self._parallel_jaccard(sk.csr_offsets, sk.csr_values, pi, pj, executor)
         return self.backend.pairs.signature_agreement(sk.sigs, pi, pj)
 
-    def _on_dask(self, executor: Executor) -> bool:
+    def _on_dask(self, executor: Executor, quiet: bool = False) -> bool:
+        """Whether the LSH runs on Dask (``fuzzy.lsh``; ``auto``: on a cluster)."""
         wanted = self.cfg.lsh == "dask" or (self.cfg.lsh == "auto" and executor.client is not None)
         if wanted and (self.cfg.method != "minhash" or not self.cfg.verify or self.cfg.boilerplate):
-            log.info("fuzzy: LSH on the driver (fuzzy.lsh=dask needs method minhash, verify and no boilerplate)")
+            if not quiet:
+                log.info("fuzzy: LSH on the driver (fuzzy.lsh=dask needs method minhash, verify and no boilerplate)")
             return False
         return wanted
 
-    def device_params(self) -> FuzzyParams | None:
-        """The params of the device-resident path (``device.resident``), or None when this configuration
-        needs the host path (SimHash, boilerplate removal, the Dask LSH)."""
-        if self.cfg.method != "minhash" or self.cfg.boilerplate or self.cfg.lsh == "dask":
+    def device_params(self, executor: Executor) -> FuzzyParams | None:
+        """The params of the device-resident path (``device.resident``, and ``device.distributed`` for the
+        LSH on Dask), or None when this configuration needs the host path: SimHash, boilerplate removal, or
+        the LSH on the driver of a cluster (the sketches would have to come from the workers' devices)."""
+        if self.cfg.method != "minhash" or self.cfg.boilerplate:
+            return None
+        if executor.client is not None and not self._on_dask(executor, quiet=True):
             return None
         return self.params()
 
-    def run(self, ddf, table: DocTable, participants: np.ndarray, executor: Executor,
-            resident=None) -> FuzzyResult:
-        if resident is not None and resident.params is not None:
-            return self._run_resident(table, participants, resident)
+    def run(self, ddf, table: DocTable, participants: np.ndarray, executor: Executor) -> FuzzyResult:
         pk = self.backend.pairs
         t0 = time.perf_counter()
         sk = self.sketch(ddf, table, participants, executor)
@@ -197,14 +199,14 @@ class FuzzyDedup:
         return FuzzyResult(rows, rows[canon_local], similarity, rows[pi], rows[pj], scores,
                            self.score_kind, threshold, self.bands, self.rows_per_band, stats, sk.boilerplate)
 
-    def _run_resident(self, table: DocTable, participants: np.ndarray, resident) -> FuzzyResult:
-        """Bucketing, verification, components and canonicals on the device (``ResidentCorpus.cluster``);
-        the same result as the host path."""
+    def _run_resident(self, table: DocTable, participants: np.ndarray, resident, sketches: list) -> FuzzyResult:
+        """Bucketing, verification, components and canonicals on the device (``ResidentCorpus.cluster`` of
+        the partitions' ``sketches``); the same result as the host path."""
         t0 = time.perf_counter()
         rows = np.flatnonzero(participants).astype(np.int64)
         offs = table.part_offsets
         key = None if self.policy == "first" else table.policy_key(self.policy)[rows]
-        r = resident.cluster([participants[offs[p]:offs[p + 1]] for p in range(len(offs) - 1)], key,
+        r = resident.cluster(sketches, [participants[offs[p]:offs[p + 1]] for p in range(len(offs) - 1)], key,
                              self.score_threshold, self.cfg.verify, self.cfg.max_bucket_size, self.cfg.bucket_anchors)
         members = np.flatnonzero(r.canon != np.arange(len(rows)))
         n_edges = int((r.scores >= self.score_threshold - 1e-12).sum())
@@ -212,7 +214,7 @@ class FuzzyDedup:
                  "rows": self.rows_per_band, "bucket_entries": r.bucket_entries, "candidate_pairs": int(len(r.pi)),
                  "edges": n_edges, "step_seconds": {"device": round(time.perf_counter() - t0, 4)},
                  "shingles": r.n_shingles, "clusters": int(len(np.unique(r.canon[members]))) if len(members) else 0,
-                 "duplicates": int(len(members))}
+                 "duplicates": int(len(members)), "device_resident": True}
         return FuzzyResult(rows, rows[r.canon], r.similarity, rows[r.pi], rows[r.pj], r.scores, self.score_kind,
                            self.score_threshold, self.bands, self.rows_per_band, stats, None)
 
@@ -226,23 +228,38 @@ class FuzzyDedup:
         this process: the components' labels go to the partitions of their rows, canonicals are chosen by an
         exchange on the label and the members' similarities are scored where their sets are. Otherwise the
         participants' masks, their policy keys (``keys``: ``RowKeys``) and the stage's arrays are here, and
-        the canonicals are sent back to the partitions."""
-        if (resident is None or resident.params is None) and self._on_dask(executor):
-            return self._run_dask(ddf, table, participants, keys, executor)
-        result = self.run(ddf, keys, _gathered(participants, executor), executor, resident)
+        the canonicals are sent back to the partitions.
+
+        ``resident`` (a ``ResidentCorpus`` with params): the states hold the partitions' device sketches
+        (``sketch``), which the stage uses and then drops."""
+        device = resident is not None and resident.params is not None
+        if self._on_dask(executor):
+            return self._run_dask(ddf, table, participants, keys, executor, resident if device else None)
+        if device:  # in one process: the states' sketches are the device arrays themselves
+            sketches = executor.compute(table.column("sketch"), "fuzzy: sketches")
+            table = table.without(executor, "fuzzy: sketches", "sketch")
+            result = self._run_resident(keys, _gathered(participants, executor), resident, sketches)
+        else:
+            result = self.run(ddf, keys, _gathered(participants, executor), executor)
         return self._scatter(table, result, executor), result
 
     @staticmethod
     def _scatter(table: DocParts, result: FuzzyResult, executor: Executor) -> DocParts:
         return table.scatter(executor, "fuzzy: canonicals", "fuzzy", result.rows, result.canon, result.similarity)
 
-    def _run_dask(self, ddf, table: DocParts, participants: list, keys, executor: Executor):
+    def _run_dask(self, ddf, table: DocParts, participants: list, keys, executor: Executor, resident=None):
         """LSH, verification and the members' similarity on Dask; components on the driver's edge list, or
-        on Dask when there are more than ``fuzzy.driver_max_pairs`` candidate pairs."""
+        on Dask when there are more than ``fuzzy.driver_max_pairs`` candidate pairs. With ``resident`` the
+        sketches are the states' device sketches (``device.distributed``), dropped at the end."""
         from .fuzzy_dask import distributed_candidates, gather_edges
-        params = self.params()
-        scored, n_pairs, sets, steps = distributed_candidates(ddf, table.part_offsets, participants, params,
-                                                              self.backend, self.cfg, executor)
+        if resident is not None:
+            from ..device.distributed import device_candidates
+            t0 = time.perf_counter()
+            scored, n_pairs, sets = device_candidates(table, participants, resident, self.cfg, executor)
+            steps = {"lsh+verify": time.perf_counter() - t0}
+        else:
+            scored, n_pairs, sets, steps = distributed_candidates(ddf, table.part_offsets, participants,
+                                                                  self.params(), self.backend, self.cfg, executor)
         t0 = time.perf_counter()
         on_dask = self.cfg.components == "dask" or (self.cfg.components == "auto" and (
             executor.client is not None or n_pairs > self.cfg.driver_max_pairs))
@@ -253,9 +270,13 @@ class FuzzyDedup:
         else:
             rows = np.flatnonzero(_gathered(participants, executor)).astype(np.int64)
             pi, pj, scores = gather_edges(scored, executor)
-            result = self._cluster_edges(keys, rows, pi, pj, scores, sets, executor)
+            result = self._cluster_edges(table, keys, rows, pi, pj, scores, sets, executor)
             table = self._scatter(table, result, executor)
+        if resident is not None:
+            table = table.without(executor, "fuzzy: free sketches", "sketch")
         steps["cluster"] = time.perf_counter() - t0
+        if resident is not None:
+            result.stats["device_resident"] = True
         result.stats.update(lsh="dask", components="dask" if on_dask else "driver",
                             step_seconds={k: round(v, 4) for k, v in steps.items()})
         return table, result
@@ -279,9 +300,9 @@ class FuzzyDedup:
                 "rows": self.rows_per_band, "candidate_pairs": int(n_pairs), "edges": int(n_edges),
                 "clusters": int(clusters), "duplicates": int(duplicates)}
 
-    def _cluster_edges(self, table, rows, pi, pj, scores, sets, executor) -> FuzzyResult:
-        """Components of the gathered edge list (table rows, sorted by ``(i, j)``)."""
-        from .fuzzy_dask import pair_scores
+    def _cluster_edges(self, parts: DocParts, table, rows, pi, pj, scores, sets, executor) -> FuzzyResult:
+        """Components of the gathered edge list (table rows, sorted by ``(i, j)``); ``table`` the policy keys
+        (``RowKeys``), ``sets`` the ``HostSets`` or ``DeviceSets`` of the run's table ``parts``."""
         pk = self.backend.pairs
         li, lj = np.searchsorted(rows, pi), np.searchsorted(rows, pj)
         edge = scores >= self.cfg.threshold - 1e-12
@@ -292,8 +313,7 @@ class FuzzyDedup:
             pos = index_of(pack_pairs(li, lj), pack_pairs(members, canon))
             out[pos >= 0] = scores[pos[pos >= 0]]
             miss = pos < 0
-            out[miss] = pair_scores(sets, table.part_offsets, rows[members[miss]], rows[canon[miss]],
-                                    pk.jaccard_pairs, executor)
+            out[miss] = sets.pair_scores(parts, executor, rows[members[miss]], rows[canon[miss]])
             return out
         canon_local, similarity, stats = self._finish(table, rows, labels, len(pi), int(edge.sum()), similarity_of)
         return FuzzyResult(rows, rows[canon_local], similarity, pi, pj, scores, self.score_kind,
@@ -307,10 +327,9 @@ class FuzzyDedup:
         canonical of each component is chosen by an exchange on the label, and each member's similarity to
         its canonical is scored where the member's shingle set is. The edges stay on the workers until
         ``edges.parquet`` is written."""
-        import dask.dataframe as dd
         from .components import component_labels, label_column, labels_by_owner, row_divisions
         from . import fuzzy_dask
-        from .fuzzy_dask import scored_pairs, sorted_edges
+        from .fuzzy_dask import sorted_edges
         offs, n_parts = table.part_offsets, table.npartitions
         # range-partitioned on i once: read in order for edges.parquet
         divisions = row_divisions(table.n, max(1, min(n_parts, n_pairs // fuzzy_dask.EDGES_PER_PARTITION + 1)))
@@ -332,10 +351,9 @@ class FuzzyDedup:
                                         "fuzzy: canonicals")
         table = table.update(executor, _with_canonicals, "fuzzy: canonicals", participants,
                              [[g[q] for g in groups] for q in range(n_parts)])
-        member_pairs = dd.from_delayed(table.map(_member_pairs), meta=fuzzy_dask.PAIR_ROWS_META, verify_meta=False)
         # partition q of the scores holds the pairs of q's members
-        similarity = scored_pairs(sets, offs, member_pairs, self.backend.pairs.jaccard_pairs)
-        table = table.update(executor, _with_similarity, "fuzzy: similarity to canonicals", similarity.to_delayed())
+        similarity = sets.scored(table, executor, table.map(_member_pairs))
+        table = table.update(executor, _with_similarity, "fuzzy: similarity to canonicals", similarity)
         counts = executor.compute(table.map(_fuzzy_counts) + [g[n_parts] for g in groups], "fuzzy: count")
         per_part, clusters = counts[:n_parts], counts[n_parts:]
         stats = self._cluster_stats(sum(c[0] for c in per_part), n_pairs, n_edges, sum(clusters),

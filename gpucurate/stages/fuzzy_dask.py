@@ -170,8 +170,8 @@ def distributed_candidates(ddf, part_offsets: np.ndarray, participants: list, pa
                            executor: Executor):
     """Candidate pairs and their scores computed by Dask from the rows selected by ``participants`` (per
     partition, a (delayed) bool mask); returns ``(scored, n_pairs, sets, steps)``: ``scored`` the persisted
-    Dask DataFrame ``(i, j, score)`` of table rows (``i < j``), ``sets`` the persisted shingle sets (for the
-    members' similarity to their canonical)."""
+    Dask DataFrame ``(i, j, score)`` of table rows (``i < j``), ``sets`` the ``HostSets`` of the persisted
+    shingle sets (for the members' similarity to their canonical)."""
     import dask.dataframe as dd
     steps = {}
     t0 = time.perf_counter()
@@ -194,7 +194,26 @@ def distributed_candidates(ddf, part_offsets: np.ndarray, participants: list, pa
     scored = executor.persist(scored_pairs(sets, offs, pairs, backend.pairs.jaccard_pairs),
                               "fuzzy: verify (dask)")
     steps["verify"] = time.perf_counter() - t0
-    return scored, n_pairs, sets, steps
+    return scored, n_pairs, HostSets(sets, backend.pairs.jaccard_pairs), steps
+
+
+class HostSets:
+    """Scores of given pairs of table rows against the shingle sets of the host path (``sets``: a persisted
+    Dask DataFrame whose partition ``p`` holds the rows of table partition ``p``); the counterpart of
+    ``device.distributed.DeviceSets``."""
+
+    def __init__(self, sets, jaccard_pairs):
+        self.sets, self.jaccard_pairs = sets, jaccard_pairs
+
+    def scored(self, table, executor: Executor, pairs: list) -> list:
+        """Per partition ``q``, a delayed frame ``(i, j, score)`` of the pairs in ``pairs[q]`` (a delayed
+        frame ``(i, j)`` whose ``i`` are in partition ``q``)."""
+        import dask.dataframe as dd
+        frames = dd.from_delayed(pairs, meta=PAIR_ROWS_META, verify_meta=False)
+        return scored_pairs(self.sets, table.part_offsets, frames, self.jaccard_pairs).to_delayed()
+
+    def pair_scores(self, table, executor: Executor, pi: np.ndarray, pj: np.ndarray) -> np.ndarray:
+        return pair_scores(self.sets, table.part_offsets, pi, pj, self.jaccard_pairs, executor)
 
 
 def gather_edges(scored, executor: Executor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -236,5 +255,11 @@ def pair_scores(sets, offsets: np.ndarray, pi: np.ndarray, pj: np.ndarray, jacca
     pairs = dd.from_pandas(frame, npartitions=max(1, min(few.npartitions, len(frame) // 100_000 + 1)))
     scored = pd.concat(executor.compute(scored_pairs(few, offsets, pairs, jaccard_pairs).to_delayed(),
                                         "fuzzy: similarity to canonicals (dask)"), ignore_index=True)
+    return aligned_scores(scored, pi, pj)
+
+
+def aligned_scores(scored: pd.DataFrame, pi: np.ndarray, pj: np.ndarray) -> np.ndarray:
+    """The ``score`` of each pair ``(pi[k], pj[k])`` in a frame ``(i, j, score)`` that holds every one."""
+    frame = pd.DataFrame({"i": pi.astype(np.int64), "j": pj.astype(np.int64)})
     at = pd.MultiIndex.from_frame(scored[["i", "j"]]).get_indexer(pd.MultiIndex.from_frame(frame))
     return scored["score"].to_numpy()[at]

@@ -194,6 +194,10 @@ class DocParts:
         pieces = list(to_owners(rows, (canon, similarity), self.part_offsets))
         return self.update(executor, _stage_columns, desc, pieces, stage=stage)
 
+    def without(self, executor: Executor, desc: str, *names: str) -> "DocParts":
+        """A table whose states lack the columns ``names`` (their memory, e.g. device sketches, is freed)."""
+        return self.with_states(executor.persist_tasks([dask.delayed(_without)(s, names) for s in self.states], desc))
+
     def with_states(self, states: list) -> "DocParts":
         return DocParts(states, self.part_offsets, self.int_ids, self.skipped, self.replaced_utf8, self.renamed_ids,
                         self.text_bytes)
@@ -366,6 +370,10 @@ def _stage_columns(state: dict, first_row: int, piece: tuple, *, stage: str) -> 
 
 def _update_state(state: dict, first_row: int, *args, columns_of, **kwargs) -> dict:
     return {**state, **columns_of(state, first_row, *args, **kwargs)}
+
+
+def _without(state: dict, names: tuple) -> dict:
+    return {k: v for k, v in state.items() if k not in names}
 
 
 def _get(state: dict, name: str):

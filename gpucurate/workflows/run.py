@@ -101,6 +101,9 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
         log.info("%d input partition(s) from %d file(s) on %s", len(specs),
                  len({p for s in specs for p in s.paths}), executor.description)
         local = executor.client is None
+        if backend.arrays is not None and not local:  # the workers count this run's copies from zero
+            from ..device.arrays import process_ledger
+            executor.client.run(process_ledger, backend.arrays.kind, True)
         parsed = ParsedCache(_memory_bytes() // 8) if local else None
         ddf = read_documents(specs, cfg.input, reserved, local=local, cache=parsed)
         result = deduplicate(ddf, cfg, executor, backend, timer, _locator(specs))
@@ -125,13 +128,26 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
         summary = _summary(cfg, inputs, specs, report, result, timer, wall, backend.name, executor.description,
                            executor.workers)
         if backend.arrays is not None:
-            summary["device"] = dict(backend.arrays.ledger.summary(), arrays=backend.arrays.kind,
-                                     resident=executor.client is None)
-            if executor.client is not None:
-                summary["device"]["note"] = "the copies of the partition tasks on the Dask workers are not counted"
+            summary["device"] = _device_summary(backend.arrays, executor, result.fuzzy)
     write_json(summary, out / "summary.json")
     write_report(out, staged=True, samples=samples)
     return summary
+
+
+def _device_summary(arrays, executor: Executor, fuzzy) -> dict:
+    """``summary.json``'s ``device`` section: the transfer ledger of this process and, on a cluster, of the
+    workers' processes, summed; ``resident`` when the fuzzy stage's sketches stayed on the devices."""
+    ledgers = [arrays.ledger.summary()]
+    if executor.client is not None:
+        from ..device.arrays import process_ledger
+        ledgers += [w for w in executor.client.run(process_ledger, arrays.kind).values() if w is not None]
+    from ..device.arrays import merge_ledgers
+    out = dict(merge_ledgers(ledgers), arrays=arrays.kind, processes=len(ledgers),
+               resident=fuzzy is None or bool(fuzzy.stats.get("device_resident")))
+    if executor.client is not None:
+        out["note"] = ("summed over the Dask workers' processes and this one; the pieces Dask moves between "
+                       "workers are Dask's copies, not counted")
+    return out
 
 
 def _write_part(state: dict, first_row: int, spec, *, cfg: Config, out: str, parsed: ParsedCache | None,
@@ -332,12 +348,14 @@ def _counts(state: dict, first_row: int) -> dict:
 
 
 def _resident(cfg: Config, backend, executor: Executor):
-    """The device-resident exact + fuzzy path: the GPU backend in this process (a cluster's workers each
-    have their own device, so there the stages hand host arrays between steps)."""
-    if backend.arrays is None or executor.client is not None:
+    """The device-resident exact + fuzzy path of the GPU backend (``device.resident``): each partition's text
+    goes up once and its sketches stay on the device of the process that holds its state (a worker's GPU
+    on a cluster); None on the CPU."""
+    if backend.arrays is None:
         return None
     from ..device.resident import ResidentCorpus
-    params = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, backend).device_params() if cfg.fuzzy.enabled else None
+    params = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, backend).device_params(executor) if cfg.fuzzy.enabled \
+        else None
     return ResidentCorpus(backend.arrays, params)
 
 
