@@ -632,15 +632,17 @@ def _same_bytes(a: Path, b: Path) -> bool:
     return a.is_file() and b.is_file() and a.read_bytes() == b.read_bytes()
 
 
-def whole_run_parity(ctx: Context, name: str, table: pa.Table) -> dict:
+def whole_run_parity(ctx: Context, name: str, table: pa.Table, extra: dict | None = None,
+                     row_group_size: int = 50_000) -> dict:
+    """Both backends on ``table`` (``extra``: more overrides): byte-identical annotations, edges, run index."""
     import gpucurate
     src = ctx.tmp / f"parity-{name}.parquet"
-    pq.write_table(table, src, row_group_size=50_000)
+    pq.write_table(table, src, row_group_size=row_group_size)
     outs, info = {}, {"documents": table.num_rows, "text_bytes": text_nbytes(table.column("text").combine_chunks())}
     for backend in ("gpu", "cpu"):
         out = outs[backend] = ctx.tmp / f"parity-{name}-{backend}"
         start = time.perf_counter()
-        summary = gpucurate.run([str(src)], out, overrides=run_overrides(ctx.args, backend))
+        summary = gpucurate.run([str(src)], out, overrides={**run_overrides(ctx.args, backend), **(extra or {})})
         info[f"{backend}_s"] = round(time.perf_counter() - start, 2)
         info[f"{backend}_duplicates"] = {"exact": summary["stages"]["exact"]["duplicates"],
                                          "fuzzy": summary["stages"]["fuzzy"]["duplicates"]}
@@ -690,6 +692,15 @@ def phase_parity(ctx: Context, rec: dict) -> None:
     synth = ctx.corpus(a.run_docs)
     rec["run_synthetic"] = whole_run_parity(ctx, "synthetic", pa.table({"id": np.arange(len(synth)), "text": synth}))
     parity["run_synthetic"] = rec["run_synthetic"]["ok"]
+    ctx.save()
+    # the Dask LSH on device arrays (what the workers of a multi-GPU node run), over about 8 partitions
+    part_bytes = max(4096, rec["run_synthetic"]["text_bytes"] // 8)
+    rec["run_synthetic_dask_lsh"] = whole_run_parity(ctx, "synthetic-dask-lsh", pa.table(
+        {"id": np.arange(len(synth)), "text": synth}), {"fuzzy.lsh": "dask", "input.partition_bytes": part_bytes},
+        row_group_size=max(1, len(synth) // 8))
+    rec["run_synthetic_dask_lsh"]["partitions"] = (rec["run_synthetic_dask_lsh"].get("device") or {}).get(
+        "steps", {}).get("upload text", {}).get("transfers", 0) // 2
+    parity["run_synthetic_dask_lsh"] = rec["run_synthetic_dask_lsh"]["ok"]
     ctx.save()
     path = reuters_path()
     if a.no_reuters or (a.smoke and not a.reuters):
