@@ -322,6 +322,10 @@ class RunConfig:
     #: threads of the in-process scheduler; null -> all cores
     workers: Optional[int] = None
     progress: bool = True
+    #: GPU backend: bytes of device memory the partitions' sketches and the exchanges' pieces may hold; past
+    #: it the least recently used go to host memory until a task needs them again (counted in the ledger);
+    #: null -> half of the device's memory (no limit in numba's CUDA simulator)
+    device_memory: Optional[int] = None
 
 
 @dataclass
@@ -400,6 +404,8 @@ class Config:
                               "column holding each record's time); without it every record ties")
         if self.run.workers is not None and self.run.workers < 1:
             raise ConfigError(f"run.workers must be >= 1, got {self.run.workers}")
+        if self.run.device_memory is not None and self.run.device_memory < 1:
+            raise ConfigError(f"run.device_memory must be >= 1 (bytes), got {self.run.device_memory}")
         ch = self.chunks
         if ch.max_tokens < 8 or not 0 <= ch.overlap < ch.max_tokens // 2 or not 0.0 < ch.threshold <= 1.0 or \
                 ch.ngram < 1 or ch.min_chars < 0:

@@ -225,13 +225,18 @@ def _run_both(tmp_path, src, over):
     return cpu, gpu
 
 
-def _assert_ledger_targets(summary, texts):
+def _assert_ledger_targets(summary, texts, spills=False):
     """bytes up <= 1.2x the normalized text + 16 bytes a document; bytes down <= 64 bytes a document +
-    24 bytes a candidate pair."""
+    24 bytes a candidate pair. ``spills``: the copies of values moved to host memory and back to stay within
+    ``run.device_memory`` are left out (without it there must be none)."""
     device, n = summary["device"], summary["documents_in"]
     pairs_ = summary["stages"]["fuzzy"]["candidate_pairs"]
-    assert device["bytes_to_device"] <= 1.2 * _normalized_bytes(texts) + 16 * n, device
-    assert device["bytes_to_host"] <= 64 * n + 24 * pairs_, device
+    spilled = [s for name, s in device["steps"].items() if name.startswith("spill")]
+    assert spills or not spilled, device["steps"]
+    up = device["bytes_to_device"] - sum(s["bytes_to_device"] for s in spilled)
+    down = device["bytes_to_host"] - sum(s["bytes_to_host"] for s in spilled)
+    assert up <= 1.2 * _normalized_bytes(texts) + 16 * n, device
+    assert down <= 64 * n + 24 * pairs_, device
     assert device["steps"]["upload text"]["transfers"] == 2 * summary["stages"]["input"]["partitions"]
     assert sum(s["transfers"] for s in device["steps"].values()) == device["transfers"]
 
@@ -328,6 +333,22 @@ def test_gpu_dask_lsh_in_one_process(tmp_path, over):
     _assert_ledger_targets(gpu, texts)
 
 
+def test_gpu_device_memory_bound(tmp_path):
+    """With ``run.device_memory`` below the corpus' sketches, the LSH runs by exchanges between the partition
+    tasks and the stored sketches and pieces go to host memory and back: never more than the budget on
+    the device, the same result."""
+    src, texts = _near_copies(tmp_path)
+    budget = 20_000
+    cpu, gpu = _run_both(tmp_path, src, {"input.partition_bytes": 3000, "run.device_memory": budget})
+    unbounded = _run_both(tmp_path / "unbounded", src, {"input.partition_bytes": 3000})[1]
+    stored, free = gpu["device"]["stored"], unbounded["device"]["stored"]
+    assert free["spilled"] == 0 and free["budget"] is None and free["peak_bytes"] > 3 * budget
+    assert stored["spilled"] > 0 and stored["peak_bytes"] <= budget
+    assert gpu["stages"]["fuzzy"]["lsh"] == "dask" and "lsh" not in unbounded["stages"]["fuzzy"]
+    assert gpu["stages"]["fuzzy"]["duplicates"] == unbounded["stages"]["fuzzy"]["duplicates"] > 50
+    _assert_ledger_targets(gpu, texts, spills=True)
+
+
 def test_gpu_backend_on_a_cluster(tmp_path):
     """``--backend gpu`` with the partition tasks on Dask worker processes (as one worker per GPU under
     dask-cuda): each worker uses its own device arrays, each partition's text goes up once on the worker
@@ -342,4 +363,7 @@ def test_gpu_backend_on_a_cluster(tmp_path):
     assert gpu["executor"].startswith("dask cluster") and gpu["stages"]["fuzzy"]["lsh"] == "dask"
     assert gpu["device"]["resident"] and gpu["device"]["processes"] == 3
     assert gpu["stages"]["fuzzy"]["duplicates"] == cpu["stages"]["fuzzy"]["duplicates"] > 30
-    _assert_ledger_targets(gpu, texts)
+    # pieces and states sent from one worker to another go through host memory (``Spillable``'s pickle),
+    # counted apart from the targets as "spill: sent to another worker" and "spill: back to the device"
+    assert gpu["device"]["steps"]["spill: sent to another worker"]["bytes_to_host"] > 0
+    _assert_ledger_targets(gpu, texts, spills=True)

@@ -9,8 +9,11 @@ simulator (NumPy, strict). Every host <-> device copy goes through ``to_device``
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import threading
-from collections import defaultdict
+import weakref
+from collections import OrderedDict, defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -54,18 +57,125 @@ class TransferLedger:
 
 
 def merge_ledgers(summaries: list[dict]) -> dict:
-    """One ``TransferLedger.summary()`` of several processes' (a cluster's workers and this one): bytes and
-    transfers added up per step, the largest peak."""
+    """One ``DeviceArrays.summary()`` of several processes' (a cluster's workers and this one): bytes and
+    transfers added up per step, the largest peaks, the spills added up."""
     steps: dict = defaultdict(lambda: {"bytes_to_device": 0, "bytes_to_host": 0, "transfers": 0})
     for summary in summaries:
         for name, counts in summary["steps"].items():
             for key, value in counts.items():
                 steps[name][key] += value
     peaks = [s["peak_device_bytes"] for s in summaries if s["peak_device_bytes"] is not None]
+    stored = [s["stored"] for s in summaries]
     return {"bytes_to_device": sum(s["bytes_to_device"] for s in summaries),
             "bytes_to_host": sum(s["bytes_to_host"] for s in summaries),
             "transfers": sum(s["transfers"] for s in summaries), "peak_device_bytes": max(peaks) if peaks else None,
+            "stored": {"budget": stored[0]["budget"], "peak_bytes": max(s["peak_bytes"] for s in stored),
+                       "spilled": sum(s["spilled"] for s in stored)},
             "steps": dict(sorted(steps.items()))}
+
+
+class SpillStore:
+    """The ``Spillable`` values of one process's device, least recently used first, and their bytes: when
+    they exceed ``budget`` (None: no limit), the least recently used others go to host memory."""
+
+    def __init__(self):
+        self.budget: int | None = None
+        self.device_bytes = 0
+        self.peak_bytes = 0  # the most the stored values held at once
+        self.spilled = 0  # values moved to host memory
+        self._lru: OrderedDict = OrderedDict()  # id -> weakref of a Spillable on the device
+
+    def admit(self, item: "Spillable") -> None:
+        """``item`` is on the device and was just used; spill others while over the budget."""
+        key = id(item)
+        if key in self._lru:
+            self._lru.move_to_end(key)
+        else:
+            self._lru[key] = weakref.ref(item, functools.partial(self._gone, key, item.nbytes))
+            self.device_bytes += item.nbytes
+        if self.budget is not None:
+            for other_key in list(self._lru):
+                if self.device_bytes <= self.budget:
+                    break
+                ref = self._lru.get(other_key)
+                other = ref() if ref is not None else None
+                if other is not None and other is not item:
+                    other.spill()
+        self.peak_bytes = max(self.peak_bytes, self.device_bytes)
+
+    def release(self, item: "Spillable") -> None:
+        """``item`` left the device."""
+        if self._lru.pop(id(item), None) is not None:
+            self.device_bytes -= item.nbytes
+
+    def _gone(self, key: int, nbytes: int, ref) -> None:
+        if self._lru.get(key) is ref:  # garbage-collected while on the device
+            del self._lru[key]
+            self.device_bytes -= nbytes
+
+
+def _flatten(value) -> tuple:
+    """``(template, arrays)`` of a tuple of arrays or a dataclass of arrays (None fields allowed)."""
+    if dataclasses.is_dataclass(value):
+        names = tuple(f.name for f in dataclasses.fields(value))
+        return (type(value), names), [getattr(value, n) for n in names]
+    return (tuple, None), list(value)
+
+
+def _rebuild(template: tuple, arrays: list):
+    cls, names = template
+    return tuple(arrays) if names is None else cls(**dict(zip(names, arrays)))
+
+
+class Spillable:
+    """Device arrays (a tuple, or a dataclass such as ``glue.DeviceSketch``) kept between tasks: the
+    process's ``SpillStore`` may move them to host memory, and ``get()`` brings them back (both counted in
+    the ledger). Pickled (a Dask worker sending it to another) it carries host arrays."""
+
+    def __init__(self, dev: "DeviceArrays", value):
+        self.dev = dev
+        self._template, arrays = _flatten(value)
+        self.nbytes = sum(dev.nbytes(a) for a in arrays if a is not None)
+        self._value, self._host = value, None
+        with dev.lock:
+            dev.store.admit(self)
+
+    def get(self):
+        """The value on the device."""
+        with self.dev.lock:
+            if self._value is None:
+                with self.dev.step("spill: back to the device"):
+                    self._value = _rebuild(self._template, [None if a is None else self.dev.to_device(a)
+                                                            for a in self._host])
+                self._host = None
+            self.dev.store.admit(self)
+            return self._value
+
+    def spill(self) -> None:
+        """Move the value to host memory (the store calls it under the device's lock)."""
+        if self._value is None:
+            return
+        with self.dev.step("spill: to host"):
+            self._host = self._host_arrays()
+        self._value = None
+        self.dev.store.release(self)
+        self.dev.store.spilled += 1
+
+    def _host_arrays(self) -> list:
+        return [None if a is None else self.dev.to_host(a) for a in _flatten(self._value)[1]]
+
+    def __getstate__(self):
+        with self.dev.lock:
+            if self._host is not None:
+                host = self._host
+            else:
+                with self.dev.step("spill: sent to another worker"):
+                    host = self._host_arrays()
+        return {"kind": self.dev.kind, "template": self._template, "host": host, "nbytes": self.nbytes}
+
+    def __setstate__(self, state: dict) -> None:
+        self.dev = process_arrays(state["kind"])
+        self._template, self._host, self.nbytes, self._value = state["template"], state["host"], state["nbytes"], None
 
 
 class DeviceArrays:
@@ -85,6 +195,7 @@ class DeviceArrays:
         self.check_launches = self.simulated
         # the simulator is not thread-safe, and one device runs one partition's kernels at a time anyway
         self.lock = threading.RLock()
+        self.store = SpillStore()
 
     def __reduce__(self):
         """A worker process (one GPU each under dask-cuda) makes its own arrays of the same kind."""
@@ -113,6 +224,26 @@ class DeviceArrays:
         out = dev.get() if self.kind == "cupy" else np.array(self._raw(dev), copy=True)
         self.ledger.count("to_host", out.nbytes)
         return out
+
+    def summary(self) -> dict:
+        """The ledger's summary and the ``stored`` values' budget, peak and spills (``SpillStore``)."""
+        return dict(self.ledger.summary(), stored={"budget": self.store.budget, "peak_bytes": self.store.peak_bytes,
+                                                   "spilled": self.store.spilled})
+
+    def reset_counts(self) -> None:
+        self.ledger = TransferLedger()
+        self.store.peak_bytes, self.store.spilled = self.store.device_bytes, 0
+
+    def memory_bytes(self) -> int | None:
+        """The device's memory (None in the simulator)."""
+        if self.kind != "cupy":
+            return None
+        import cupy
+        return int(cupy.cuda.runtime.memGetInfo()[1])
+
+    def nbytes(self, dev) -> int:
+        """Bytes of a device array (no copy)."""
+        return int(self._raw(dev).nbytes)
 
     def scalar(self, dev) -> int:
         """A 0-d or 1-element device value as a Python int (one small copy)."""
@@ -182,14 +313,14 @@ def process_arrays(kind: str) -> DeviceArrays:
 
 
 def process_ledger(kind: str, reset: bool = False) -> dict | None:
-    """This process's ledger of ``kind`` arrays (``TransferLedger.summary``; None when it has none), and
-    reset it when asked: a run collects its Dask workers' ledgers with ``client.run``."""
+    """This process's ``DeviceArrays.summary()`` of ``kind`` arrays (None when it has none), and its counts
+    reset when asked: a run collects its Dask workers' ledgers with ``client.run``."""
     dev = _PROCESS_ARRAYS.get(kind)
     if dev is None:
         return None
-    summary = dev.ledger.summary()
+    summary = dev.summary()
     if reset:
-        dev.ledger = TransferLedger()
+        dev.reset_counts()
     return summary
 
 
@@ -235,5 +366,5 @@ def probe_device():
         raise RuntimeError(f"compiling or launching a CUDA kernel failed: {type(exc).__name__}: {first}") from None
     if not np.array_equal(got, np.arange(64) * 3 + 1):
         raise RuntimeError("the probe kernel ran but returned wrong values")
-    dev.ledger.__init__()  # the probe's copies are not the run's
+    dev.reset_counts()  # the probe's copies are not the run's
     return dev

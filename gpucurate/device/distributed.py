@@ -26,20 +26,21 @@ import pandas as pd
 from ..engine.shuffle import by_bucket, exchange
 from ..stages.fuzzy_dask import SCORED_META, aligned_scores
 from . import glue
+from .arrays import Spillable
 
 
 def _band_split(state: dict, first_row: int, mask, n_buckets: int, resident) -> tuple:
     """The band entries ``(key, row)`` of the partition's participants (``mask``: bool over its rows) with
     shingles, one piece per bucket ``key % n_buckets``."""
     dev, xp = resident.dev, resident.dev.xp
-    sk = state["sketch"]
     with dev.lock, dev.step("fuzzy: lsh"):
+        sk = state["sketch"].get()
         has = (sk.set_offsets[1:] - sk.set_offsets[:-1]) > 0  # a set left empty shares no bucket (host path too)
         local = xp.nonzero(dev.to_device(np.asarray(mask, bool)) & has)[0]
         bands = sk.keys.shape[1]
         keys = xp.reshape(xp.take(sk.keys, local, axis=0), (-1,))
         rows = xp.take(local, xp.arange(keys.shape[0], dtype=xp.int64) // bands) + first_row
-        return glue.by_bucket(dev, xp.astype(keys % n_buckets, xp.int64), n_buckets, keys, rows)
+        return _kept(dev, glue.by_bucket(dev, xp.astype(keys % n_buckets, xp.int64), n_buckets, keys, rows))
 
 
 def _bucket_pairs(pieces: list, n_parts: int, resident, max_bucket: int, anchors: int,
@@ -47,12 +48,13 @@ def _bucket_pairs(pieces: list, n_parts: int, resident, max_bucket: int, anchors
     """One bucket's distinct candidate pairs (packed), one piece per partition of ``j``."""
     dev, xp = resident.dev, resident.dev.xp
     with dev.lock, dev.step("fuzzy: lsh"):
+        pieces = [p.get() for p in pieces]
         keys, rows = xp.concat([p[0] for p in pieces]), xp.concat([p[1] for p in pieces])
         order = glue.lexsort_order(xp, keys, rows)
         packed = glue.unique_pairs(dev, glue.bucket_pairs(dev, xp.take(keys, order), xp.take(rows, order),
                                                          max_bucket, anchors))
         _, j = glue.unpack_pairs(dev, packed)
-        return glue.by_bucket(dev, glue.owners(dev, dev.to_device(part_offsets), j), n_parts, packed)
+        return _kept(dev, glue.by_bucket(dev, glue.owners(dev, dev.to_device(part_offsets), j), n_parts, packed))
 
 
 def _pairs_split(pairs: pd.DataFrame, n_parts: int, resident, part_offsets: np.ndarray) -> tuple:
@@ -63,16 +65,16 @@ def _pairs_split(pairs: pd.DataFrame, n_parts: int, resident, part_offsets: np.n
     with dev.lock, dev.step("fuzzy: pairs up"):
         packed = dev.to_device((i.astype(np.uint64) << np.uint64(32)) | j.astype(np.uint64))
         _, j_dev = glue.unpack_pairs(dev, packed)
-        return glue.by_bucket(dev, glue.owners(dev, dev.to_device(part_offsets), j_dev), n_parts, packed)
+        return _kept(dev, glue.by_bucket(dev, glue.owners(dev, dev.to_device(part_offsets), j_dev), n_parts, packed))
 
 
 def _send_sets(pieces: list, state: dict, first_row: int, n_parts: int, resident, part_offsets: np.ndarray) -> tuple:
     """At the partition of ``j``: its distinct pairs, and the set of each ``j`` once per partition of the
     ``i``'s it pairs with; one piece ``(i, j, sent_j, set lengths, set values)`` per partition of ``i``."""
     dev, xp = resident.dev, resident.dev.xp
-    sk = state["sketch"]
     with dev.lock, dev.step("fuzzy: verify"):
-        i, j = glue.unpack_pairs(dev, glue.unique_pairs(dev, xp.concat([p[0] for p in pieces])))
+        i, j = glue.unpack_pairs(dev, glue.unique_pairs(dev, xp.concat([p.get()[0] for p in pieces])))
+        sk = state["sketch"].get()
         dest = glue.owners(dev, dev.to_device(part_offsets), i)
         order = glue.lexsort_order(xp, dest, j)
         dest_sorted, j_sorted = xp.take(dest, order), xp.take(j, order)
@@ -83,16 +85,17 @@ def _send_sets(pieces: list, state: dict, first_row: int, n_parts: int, resident
         pairs, sets, set_values = glue.by_buckets(dev, n_parts, (dest, i, j),
                                                   (sent_dest, sent_j, offsets[1:] - offsets[:-1]),
                                                   (value_dest, values))
-        return tuple((*p, *s, *v) for p, s, v in zip(pairs, sets, set_values))
+        return _kept(dev, [(*p, *s, *v) for p, s, v in zip(pairs, sets, set_values)])
 
 
 def _verify(pieces: list, state: dict, first_row: int, resident) -> pd.DataFrame:
     """The exact Jaccard of the pairs whose ``i`` is in this partition (``j``'s sets received), as a host
     frame ``(i, j, score)`` sorted by ``(i, j)``."""
     dev, xp = resident.dev, resident.dev.xp
-    sk = state["sketch"]
     with dev.lock, dev.step("fuzzy: verify"):
+        pieces = [p.get() for p in pieces]
         i, j, sent_j, lengths, values = (xp.concat([p[k] for p in pieces]) for k in range(5))
+        sk = state["sketch"].get()
         own = sk.set_offsets.shape[0] - 1
         # one CSR: this partition's sets, then the received ones (sent_j ascending: owners in row order)
         offsets = xp.concat([sk.set_offsets, sk.set_offsets[-1] + xp.cumulative_sum(lengths)])
@@ -102,6 +105,12 @@ def _verify(pieces: list, state: dict, first_row: int, resident) -> pd.DataFrame
         with dev.step("fuzzy: scored pairs"):
             return pd.DataFrame({"i": dev.to_host(xp.take(i, order)), "j": dev.to_host(xp.take(j, order)),
                                  "score": dev.to_host(xp.take(scores, order))})
+
+
+def _kept(dev, pieces) -> tuple:
+    """An exchange's pieces as ``Spillable``s: held until their bucket task runs, they may go to host memory
+    meanwhile (``run.device_memory``)."""
+    return tuple(Spillable(dev, piece) for piece in pieces)
 
 
 def _scored(table, to_owner: list, resident, executor, desc: str) -> list:
@@ -125,7 +134,9 @@ def device_candidates(table, participants: list, resident, cfg, executor):
     bands = exchange(executor, _band_split, inputs, n_parts, resident, desc="fuzzy: band entries (device)")
     to_owner = exchange(executor, _bucket_pairs, [(b,) for b in bands], n_parts, resident, cfg.max_bucket_size,
                         cfg.bucket_anchors, offs, desc="fuzzy: candidate pairs (device)")
+    del bands  # in one process: the pieces themselves, freed as soon as they are used
     scored = _scored(table, to_owner, resident, executor, "fuzzy: verify (device)")
+    del to_owner
     n_pairs = int(sum(executor.compute([dask.delayed(len)(f) for f in scored], "fuzzy: count pairs")))
     return dd.from_delayed(scored, meta=SCORED_META, verify_meta=False), n_pairs, DeviceSets(resident)
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..kernels.minhash import WORD
 from . import glue
-from .arrays import DeviceArrays
+from .arrays import DeviceArrays, Spillable
 
 log = logging.getLogger("gpucurate")
 
@@ -42,15 +42,21 @@ class ResidentCorpus:
     ----------
     dev : the backend's ``DeviceArrays``.
     params : ``stages.sketches.FuzzyParams`` of the run's MinHash stage, or None to hash only.
+    budget : bytes of device memory the sketches and exchange pieces (``Spillable``) of a process may hold
+        before the least recently used go to host memory (``run.device_memory``); None: no limit.
     """
 
-    def __init__(self, dev: DeviceArrays, params=None):
-        self.dev, self.params = dev, params
+    def __init__(self, dev: DeviceArrays, params=None, budget: int | None = None):
+        self.dev, self.params, self.budget = dev, params, budget
         self._perms = None
+        dev.store.budget = budget
 
     def __getstate__(self):
-        return {"dev": self.dev, "params": self.params, "_perms": None}  # a worker uploads its own
+        return {"dev": self.dev, "params": self.params, "budget": self.budget, "_perms": None}  # a worker uploads its own
 
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.dev.store.budget = self.budget  # the worker's own device
     def _permutations(self):
         if self._perms is None:
             with self.dev.step("fuzzy: permutations"):
@@ -59,7 +65,7 @@ class ResidentCorpus:
 
     def text_pass(self, offsets: np.ndarray, data: np.ndarray):
         """A partition's texts up once: ``(hashes uint64[n], words int64[n], chars int64[n])`` back, and its
-        ``glue.DeviceSketch`` on the device (None without fuzzy params)."""
+        ``glue.DeviceSketch`` on the device as a ``Spillable`` (None without fuzzy params)."""
         dev, xp = self.dev, self.dev.xp
         with dev.lock:
             with dev.step("upload text"):
@@ -73,7 +79,7 @@ class ResidentCorpus:
             sketch = None
             if self.params is not None:
                 with dev.step("fuzzy: sketch"):
-                    sketch = glue.sketch(dev, t, units, self.params, *self._permutations())
+                    sketch = Spillable(dev, glue.sketch(dev, t, units, self.params, *self._permutations()))
         return (*out, sketch)
 
     def cluster(self, sketches: list, masks: list[np.ndarray], key: np.ndarray | None, threshold: float,
@@ -87,7 +93,7 @@ class ResidentCorpus:
             with dev.step("fuzzy: participants"):
                 parts = []
                 for i, mask in enumerate(masks):
-                    parts.append(glue.select(dev, sketches[i], dev.to_device(mask)))
+                    parts.append(glue.select(dev, sketches[i].get(), dev.to_device(mask)))
                     sketches[i] = None
                 sk = glue.concat_sketches(dev, parts, p.bands, len(p.perm_a))
                 key_dev = dev.to_device(key) if key is not None else None

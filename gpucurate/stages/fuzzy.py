@@ -233,15 +233,28 @@ class FuzzyDedup:
         ``resident`` (a ``ResidentCorpus`` with params): the states hold the partitions' device sketches
         (``sketch``), which the stage uses and then drops."""
         device = resident is not None and resident.params is not None
-        if self._on_dask(executor):
+        if self._on_dask(executor) or (device and self._sketches_exceed(table, resident, executor)):
             return self._run_dask(ddf, table, participants, keys, executor, resident if device else None)
-        if device:  # in one process: the states' sketches are the device arrays themselves
+        if device:  # in one process: the states' sketches are the Spillables themselves
             sketches = executor.compute(table.column("sketch"), "fuzzy: sketches")
             table = table.without(executor, "fuzzy: sketches", "sketch")
             result = self._run_resident(keys, _gathered(participants, executor), resident, sketches)
         else:
             result = self.run(ddf, keys, _gathered(participants, executor), executor)
         return self._scatter(table, result, executor), result
+
+    def _sketches_exceed(self, table: DocParts, resident, executor: Executor) -> bool:
+        """Whether the partitions' device sketches take more than half of ``run.device_memory``: the LSH on
+        one device would then hold them all at once, so it runs by exchanges between the partition tasks
+        (each holding about a partition's worth) instead, with the same result."""
+        if resident.budget is None or self.cfg.lsh == "driver" or not self.cfg.verify:
+            return False
+        total = sum(executor.compute([dask.delayed(_nbytes)(s) for s in table.column("sketch")], "fuzzy: sketches"))
+        if total <= resident.budget // 2:
+            return False
+        log.info("fuzzy: the sketches (%.1f MB) exceed half of run.device_memory (%.1f MB): LSH by exchanges "
+                 "between the partitions", total / 1e6, resident.budget / 1e6)
+        return True
 
     @staticmethod
     def _scatter(table: DocParts, result: FuzzyResult, executor: Executor) -> DocParts:
@@ -398,6 +411,10 @@ class FuzzyDedup:
         results = executor.map_threads(lambda c: jaccard_pairs(offsets, values, pi[c[0]:c[1]], pj[c[0]:c[1]]),
                                        chunks)
         return np.concatenate(results) if results else np.empty(0, np.float64)
+
+
+def _nbytes(sketch) -> int:
+    return sketch.nbytes
 
 
 def _gathered(participants: list, executor: Executor) -> np.ndarray:

@@ -137,7 +137,7 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
 def _device_summary(arrays, executor: Executor, fuzzy) -> dict:
     """``summary.json``'s ``device`` section: the transfer ledger of this process and, on a cluster, of the
     workers' processes, summed; ``resident`` when the fuzzy stage's sketches stayed on the devices."""
-    ledgers = [arrays.ledger.summary()]
+    ledgers = [arrays.summary()]
     if executor.client is not None:
         from ..device.arrays import process_ledger
         ledgers += [w for w in executor.client.run(process_ledger, arrays.kind).values() if w is not None]
@@ -356,7 +356,8 @@ def _resident(cfg: Config, backend, executor: Executor):
     from ..device.resident import ResidentCorpus
     params = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, backend).device_params(executor) if cfg.fuzzy.enabled \
         else None
-    return ResidentCorpus(backend.arrays, params)
+    memory = backend.arrays.memory_bytes()
+    return ResidentCorpus(backend.arrays, params, cfg.run.device_memory or (memory // 2 if memory else None))
 
 
 def _locator(specs):
