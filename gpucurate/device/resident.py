@@ -1,4 +1,4 @@
-"""The device-resident exact + fuzzy path of one process with one GPU.
+"""The device-resident exact + fuzzy path of the GPU backend.
 
 Each partition's normalized text goes up once (``text_pass``): its exact hashes and counts come back,
 its MinHash sketches stay on the device, in the partition's state (``DocParts``; on a Dask cluster, in
@@ -43,20 +43,26 @@ class ResidentCorpus:
     dev : the backend's ``DeviceArrays``.
     params : ``stages.sketches.FuzzyParams`` of the run's MinHash stage, or None to hash only.
     budget : bytes of device memory the sketches and exchange pieces (``Spillable``) of a process may hold
-        before the least recently used go to host memory (``run.device_memory``); None: no limit.
+        before the least recently used go to host memory (``run.device_memory``); None: half of each
+        process's device (no limit in the simulator).
     """
 
     def __init__(self, dev: DeviceArrays, params=None, budget: int | None = None):
         self.dev, self.params, self.budget = dev, params, budget
         self._perms = None
-        dev.store.budget = budget
+        self._set_budget()
 
-    def __getstate__(self):
-        return {"dev": self.dev, "params": self.params, "budget": self.budget, "_perms": None}  # a worker uploads its own
+    def __getstate__(self):  # a worker uploads its own permutations
+        return {"dev": self.dev, "params": self.params, "budget": self.budget, "_perms": None}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self.dev.store.budget = self.budget  # the worker's own device
+        self._set_budget()  # on the worker's own device
+
+    def _set_budget(self) -> None:
+        memory = self.dev.memory_bytes()
+        self.dev.store.budget = self.budget or (memory // 2 if memory else None)
+
     def _permutations(self):
         if self._perms is None:
             with self.dev.step("fuzzy: permutations"):
@@ -84,8 +90,9 @@ class ResidentCorpus:
 
     def cluster(self, sketches: list, masks: list[np.ndarray], key: np.ndarray | None, threshold: float,
                 verify: bool, max_bucket: int, anchors: int) -> ClusterResult:
-        """Clusters of the participants (``masks[p]``: bool over the rows of partition p, whose sketch is
-        ``sketches[p]``; the list is emptied as they are selected, so each is freed then); ``key`` int64[m]
+        """Clusters of the participants (``masks[p]``: bool over the rows of partition p, whose sketch is the
+        ``Spillable`` ``sketches[p]``; the list is emptied as they are selected, so each is freed then);
+        ``key`` int64[m]
         the canonical policy's key of each participant, None for input order."""
         dev, xp = self.dev, self.dev.xp
         p = self.params

@@ -92,8 +92,8 @@ class ExactDedup:
 
 def _hashed(state: dict, first_row: int, df: pd.DataFrame, index: int, *, task, arg) -> dict:
     columns = dict(zip(("hash", "empty", "words", "chars", "sketch"), task(df, arg, index)))
-    if columns.get("sketch", 0) is None:
-        del columns["sketch"]
+    if columns.get("sketch") is None:  # the CPU's task, or no fuzzy stage on the device
+        columns.pop("sketch", None)
     return columns
 
 

@@ -247,13 +247,14 @@ class FuzzyDedup:
         """Whether the partitions' device sketches take more than half of ``run.device_memory``: the LSH on
         one device would then hold them all at once, so it runs by exchanges between the partition tasks
         (each holding about a partition's worth) instead, with the same result."""
-        if resident.budget is None or self.cfg.lsh == "driver" or not self.cfg.verify:
+        budget = resident.dev.store.budget
+        if budget is None or self.cfg.lsh == "driver" or not self.cfg.verify:
             return False
         total = sum(executor.compute([dask.delayed(_nbytes)(s) for s in table.column("sketch")], "fuzzy: sketches"))
-        if total <= resident.budget // 2:
+        if total <= budget // 2:
             return False
         log.info("fuzzy: the sketches (%.1f MB) exceed half of run.device_memory (%.1f MB): LSH by exchanges "
-                 "between the partitions", total / 1e6, resident.budget / 1e6)
+                 "between the partitions", total / 1e6, budget / 1e6)
         return True
 
     @staticmethod
@@ -287,9 +288,8 @@ class FuzzyDedup:
             table = self._scatter(table, result, executor)
         if resident is not None:
             table = table.without(executor, "fuzzy: free sketches", "sketch")
-        steps["cluster"] = time.perf_counter() - t0
-        if resident is not None:
             result.stats["device_resident"] = True
+        steps["cluster"] = time.perf_counter() - t0
         result.stats.update(lsh="dask", components="dask" if on_dask else "driver",
                             step_seconds={k: round(v, 4) for k, v in steps.items()})
         return table, result

@@ -145,8 +145,9 @@ def _device_summary(arrays, executor: Executor, fuzzy) -> dict:
     out = dict(merge_ledgers(ledgers), arrays=arrays.kind, processes=len(ledgers),
                resident=fuzzy is None or bool(fuzzy.stats.get("device_resident")))
     if executor.client is not None:
-        out["note"] = ("summed over the Dask workers' processes and this one; the pieces Dask moves between "
-                       "workers are Dask's copies, not counted")
+        out["note"] = ("summed over the Dask workers' processes and this one; pieces and states sent between "
+                       "workers go through host memory, counted as 'spill: sent to another worker' and "
+                       "'spill: back to the device'")
     return out
 
 
@@ -356,8 +357,7 @@ def _resident(cfg: Config, backend, executor: Executor):
     from ..device.resident import ResidentCorpus
     params = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, backend).device_params(executor) if cfg.fuzzy.enabled \
         else None
-    memory = backend.arrays.memory_bytes()
-    return ResidentCorpus(backend.arrays, params, cfg.run.device_memory or (memory // 2 if memory else None))
+    return ResidentCorpus(backend.arrays, params, cfg.run.device_memory)
 
 
 def _locator(specs):
