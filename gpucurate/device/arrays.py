@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
+from dask.sizeof import sizeof
 
 from ..kernels import cuda as kernels
 from . import simulated
@@ -176,6 +177,12 @@ class Spillable:
     def __setstate__(self, state: dict) -> None:
         self.dev = process_arrays(state["kind"])
         self._template, self._host, self.nbytes, self._value = state["template"], state["host"], state["nbytes"], None
+
+
+@sizeof.register(Spillable)
+def _sizeof_spillable(value: Spillable) -> int:
+    """What a Dask worker's memory manager counts for it (on the device or in host memory)."""
+    return value.nbytes
 
 
 class DeviceArrays:

@@ -109,8 +109,10 @@ def _verify(pieces: list, state: dict, first_row: int, resident) -> pd.DataFrame
 
 def _kept(dev, pieces) -> tuple:
     """An exchange's pieces as ``Spillable``s: held until their bucket task runs, they may go to host memory
-    meanwhile (``run.device_memory``)."""
-    return tuple(Spillable(dev, piece) for piece in pieces)
+    meanwhile (``run.device_memory``). Each is copied out of the split's arrays, so that spilling it frees
+    its bytes (a slice would keep the whole array alive)."""
+    xp = dev.xp
+    return tuple(Spillable(dev, tuple(xp.asarray(a, copy=True) for a in piece)) for piece in pieces)
 
 
 def _scored(table, to_owner: list, resident, executor, desc: str) -> list:
