@@ -13,8 +13,9 @@ the partition tasks, never through this process:
 
 Only the scored pairs ``(i, j, score)`` come back to the host, as one pandas frame per partition of ``i``
 (what the host path's ``scored_pairs`` gives), so components and canonicals run as on the host path.
-Under dask-cuda the pieces move between GPUs by Dask (device to device, or through host memory over
-TCP); those moves are Dask's, not copies of ours, and are not in the ledger.
+The sketches and pieces are ``arrays.Spillable``s: on each device they stay within ``run.device_memory``,
+and one sent to another worker goes through host memory (its pickle holds host arrays), counted in the
+ledger; device-to-device sends over UCX are not used.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def _bucket_pairs(pieces: list, n_parts: int, resident, max_bucket: int, anchors
     with dev.lock, dev.step("fuzzy: lsh"):
         pieces = [p.get() for p in pieces]
         keys, rows = xp.concat([p[0] for p in pieces]), xp.concat([p[1] for p in pieces])
-        order = glue.lexsort_order(xp, keys, rows)
+        # rows ascend already (each piece in row order, the pieces in partition order): a stable sort by key
+        order = xp.argsort(keys, stable=True)
         packed = glue.unique_pairs(dev, glue.bucket_pairs(dev, xp.take(keys, order), xp.take(rows, order),
                                                          max_bucket, anchors))
         _, j = glue.unpack_pairs(dev, packed)
