@@ -80,6 +80,7 @@ import platform
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -558,6 +559,39 @@ def phase_env(ctx: Context, rec: dict) -> None:
         rec["bandwidth"] = {"skipped": "no time left"}
     ctx.save()
     attempt(rec, "jit", lambda: compile_kernels(ctx.left))
+    ctx.save()
+    attempt(rec, "kernel_cache", kernel_cache_check)
+
+
+#: a fresh process: select the GPU backend, whose probe compiles (or loads from numba-cuda's on-disk cache)
+#: and launches a kernel; prints the seconds of that and of a first launch of the MinHash kernel
+_CACHE_PROBE = """
+import json, time, numpy as np
+t0 = time.perf_counter()
+from gpucurate.engine.backend import select
+dev = select("gpu").arrays
+t1 = time.perf_counter()
+sigs = dev.empty((4, 8), dev.xp.uint32)
+up = dev.to_device
+dev.launch("minhash", 32, up(np.arange(5, dtype=np.int64)), up(np.arange(4, dtype=np.uint64)),
+           up(np.arange(8, dtype=np.uint64)), up(np.arange(8, dtype=np.uint64)), sigs)
+dev.to_host(sigs)
+print(json.dumps({"select_gpu_s": round(t1 - t0, 3), "first_minhash_launch_s": round(time.perf_counter() - t1, 3)}))
+"""
+
+
+def kernel_cache_check() -> dict:
+    """numba-cuda's on-disk kernel cache: the same first launches in two fresh processes (the first may
+    compile and save, the second should load)."""
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", _CACHE_PROBE], capture_output=True, text=True, timeout=120,
+                             cwd=ROOT, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                 [str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)})
+        if out.returncode != 0:
+            raise RuntimeError(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed")
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return {"first_process": runs[0], "second_process": runs[1]}
 
 
 # --- (b) parity --------------------------------------------------------------------------------------------
@@ -1023,6 +1057,12 @@ def build_table(result: dict) -> tuple[list[dict], list[str], list[dict]]:
     for k in ("h2d_pageable_gb_s", "h2d_pinned_gb_s", "d2h_pageable_gb_s", "d2h_pinned_gb_s", "d2d_gb_s"):
         if k in bw:
             rows.append({"item": f"bandwidth {k[:-5].replace('_', ' ')}", "backend": "gpu", "gb_per_s": bw[k]})
+    cache = ph.get("a", {}).get("kernel_cache") or {}
+    if "first_process" in cache:
+        first, second = cache["first_process"], cache["second_process"]
+        rows.append({"item": "kernel cache: select gpu + first MinHash launch, 1st / 2nd process", "backend": "gpu",
+                     "result": f"{first['select_gpu_s'] + first['first_minhash_launch_s']:.2f} / "
+                               f"{second['select_gpu_s'] + second['first_minhash_launch_s']:.2f} s"})
     b = ph.get("b", {})
     for name, ok in (b.get("parity") or {}).items():
         sub = b.get(PARITY_SOURCES.get(name, name)) or {}

@@ -54,7 +54,9 @@ KERNELS: dict[str, KernelSpec] = {}
 def kernel(signature: str, hot: bool = False, note: str | None = None):
     """Declare a CUDA kernel with the signature it is launched with (registers it in ``KERNELS``)."""
     def wrap(fn):
-        dispatcher = cuda.jit(fn)
+        # on-disk cache (numba-cuda): a later process, e.g. each worker of a multi-GPU node, loads the
+        # compiled kernel for its compute capability instead of running NVVM again
+        dispatcher = cuda.jit(fn, cache=True)
         KERNELS[fn.__name__] = KernelSpec(fn.__name__, dispatcher, signature, THREADS, hot, note)
         return dispatcher
     return wrap
