@@ -252,6 +252,17 @@ class DeviceArrays:
         """Bytes of a device array (no copy)."""
         return int(self._raw(dev).nbytes)
 
+    def nonzero(self, mask):
+        """int64 indices where ``mask`` (bool) is true. CuPy reads the count back to size the result: counted
+        as an 8-byte copy to the host, like ``scalar``."""
+        self.ledger.count("to_host", 8)
+        return self.xp.nonzero(mask)[0]
+
+    def compress(self, mask, *arrays) -> tuple:
+        """``a[mask]`` along the first axis of each array, with one count read back (``nonzero``) for all."""
+        index = self.nonzero(mask)
+        return tuple(self.xp.take(a, index, axis=0) for a in arrays)
+
     def scalar(self, dev) -> int:
         """A 0-d or 1-element device value as a Python int (one small copy)."""
         value = self.to_host(self.xp.reshape(dev, (-1,)))

@@ -37,7 +37,7 @@ def _band_split(state: dict, first_row: int, mask, n_buckets: int, resident) -> 
     with dev.lock, dev.step("fuzzy: lsh"):
         sk = state["sketch"].get()
         has = (sk.set_offsets[1:] - sk.set_offsets[:-1]) > 0  # a set left empty shares no bucket (host path too)
-        local = xp.nonzero(dev.to_device(np.asarray(mask, bool)) & has)[0]
+        local = dev.nonzero(dev.to_device(np.asarray(mask, bool)) & has)
         bands = sk.keys.shape[1]
         keys = xp.reshape(xp.take(sk.keys, local, axis=0), (-1,))
         rows = xp.take(local, xp.arange(keys.shape[0], dtype=xp.int64) // bands) + first_row
@@ -81,7 +81,7 @@ def _send_sets(pieces: list, state: dict, first_row: int, n_parts: int, resident
         order = glue.lexsort_order(xp, dest, j)
         dest_sorted, j_sorted = xp.take(dest, order), xp.take(j, order)
         once = glue.run_starts(xp, j_sorted) | glue.run_starts(xp, dest_sorted)
-        sent_j, sent_dest = j_sorted[once], dest_sorted[once]
+        sent_j, sent_dest = dev.compress(once, j_sorted, dest_sorted)
         offsets, values = glue.take_sets(dev, sk.set_offsets, sk.set_values, sent_j - first_row)
         value_dest = xp.take(sent_dest, glue.segment_ids(xp, offsets, values.shape[0]))
         pairs, sets, set_values = glue.by_buckets(dev, n_parts, (dest, i, j),

@@ -5,7 +5,8 @@ namespace with the kernels in numba's CUDA simulator in the tests) and device ar
 device arrays. Only ``xp`` functions of the array-API standard are used (no ``lexsort``, no ``repeat``
 with counts, no integer-array assignment): sorts are stable ``argsort``s, segment ids come from
 ``searchsorted`` over offsets, scatters are a kernel. Sizes that shape a new array are the only values
-read back (``dev.scalar``, a few bytes each, counted in the ledger).
+read back (``dev.scalar``, and the count of every ``dev.nonzero`` / ``dev.compress``: 8 bytes each,
+counted in the ledger; the glue indexes with no boolean mask of its own).
 
 Results are bit-identical to the CPU kernels (``kernels.minhash``, ``kernels.pairs``): the same hash
 definitions, the same bucket rule, the same component labels (smallest member index).
@@ -99,15 +100,15 @@ def text_units(dev, t: DeviceTexts, char_mode: bool) -> TextUnits:
     space = dev.empty(t.nbytes, xp.uint8)
     cont = dev.empty(t.nbytes, xp.uint8)
     dev.launch("byte_flags", t.nbytes, t.words, t.nbytes, space, cont)
-    spaces = xp.nonzero(space)[0]
+    spaces = dev.nonzero(space)
     cursor = xp.searchsorted(spaces, t.offsets)
     lengths = t.offsets[1:] - t.offsets[:-1]
     words = xp.where(lengths > 0, cursor[1:] - cursor[:-1] + 1, 0)
-    continuation = xp.searchsorted(xp.nonzero(cont)[0], t.offsets)
+    continuation = xp.searchsorted(dev.nonzero(cont), t.offsets)
     chars = lengths - (continuation[1:] - continuation[:-1])
     units = TextUnits(spaces, cursor, words, chars)
     if char_mode:
-        units.cp_starts = xp.nonzero(cont == 0)[0]
+        units.cp_starts = dev.nonzero(cont == 0)
         units.cp_cursor = xp.searchsorted(units.cp_starts, t.offsets)
     return units
 
@@ -147,7 +148,7 @@ def shingle_sets(dev, unit_hash, unit_first, k: int, seed):
     first = run_starts(xp, hashes)
     if total:
         first = first | run_starts(xp, sh_doc)
-    values, kept_doc = hashes[first], sh_doc[first]
+    values, kept_doc = dev.compress(first, hashes, sh_doc)
     n = units.shape[0]
     return xp.searchsorted(kept_doc, xp.arange(n + 1, dtype=xp.int64)), values
 
@@ -184,11 +185,11 @@ def sketch(dev, t: DeviceTexts, units: TextUnits, params, perm_a, perm_b) -> Dev
 def select(dev, sk: DeviceSketch, mask) -> DeviceSketch:
     """The sketches of the texts where ``mask`` (bool[n], on the device) is true, in order."""
     xp = dev.xp
-    lengths = (sk.set_offsets[1:] - sk.set_offsets[:-1])[mask]
+    lengths, keys = dev.compress(mask, sk.set_offsets[1:] - sk.set_offsets[:-1], sk.keys)
     owner = segment_ids(xp, sk.set_offsets, sk.set_values.shape[0])
-    values = sk.set_values[xp.take(mask, owner)] if sk.set_values.shape[0] else sk.set_values
-    return DeviceSketch(sk.keys[mask], _exclusive_cumsum(xp, lengths), values,
-                        sk.sigs[mask] if sk.sigs is not None else None)
+    values = dev.compress(xp.take(mask, owner), sk.set_values)[0] if sk.set_values.shape[0] else sk.set_values
+    return DeviceSketch(keys, _exclusive_cumsum(xp, lengths), values,
+                        dev.compress(mask, sk.sigs)[0] if sk.sigs is not None else None)
 
 
 def concat_sketches(dev, parts: list[DeviceSketch], bands: int, n_perm: int) -> DeviceSketch:
@@ -222,7 +223,7 @@ def bucket_pairs(dev, sorted_keys, docs, max_bucket: int, anchors: int):
     if total_entries == 0:
         return dev.empty(0, xp.uint64)
     starts = run_starts(xp, sorted_keys)
-    run_start = xp.nonzero(starts)[0]
+    run_start = dev.nonzero(starts)
     run_end = xp.concat([run_start[1:], xp.full(1, total_entries, dtype=xp.int64)])
     entry_run = xp.cumulative_sum(xp.astype(starts, xp.int64)) - 1
     a, b = xp.take(run_start, entry_run), xp.take(run_end, entry_run)
@@ -242,7 +243,7 @@ def unique_pairs(dev, packed):
     """The distinct packed pairs, sorted, without ``NO_PAIR``."""
     xp = dev.xp
     packed = xp.sort(packed)
-    return packed[run_starts(xp, packed) & (packed != int(NO_PAIR))]
+    return dev.compress(run_starts(xp, packed) & (packed != int(NO_PAIR)), packed)[0]
 
 
 def pack_pairs(dev, pi, pj):
@@ -334,7 +335,7 @@ def canonicals(dev, labels, key=None):
     order = lexsort_order(xp, labels, key)
     starts = run_starts(xp, xp.take(labels, order))
     group = xp.cumulative_sum(xp.astype(starts, xp.int64)) - 1
-    canon_sorted = xp.take(order, xp.take(xp.nonzero(starts)[0], group))
+    canon_sorted = xp.take(order, xp.take(dev.nonzero(starts), group))
     out = dev.empty(m, xp.int64)
     dev.launch("scatter", m, order, canon_sorted, out)
     return out

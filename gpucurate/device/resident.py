@@ -108,9 +108,10 @@ class ResidentCorpus:
             m = sk.keys.shape[0]
             with dev.step("fuzzy: lsh"):
                 has = (sk.set_offsets[1:] - sk.set_offsets[:-1]) > 0
-                some = xp.nonzero(has)[0]
+                some = dev.nonzero(has)
                 all_have = some.shape[0] == m
-                pi, pj = glue.candidate_pairs(dev, sk.keys if all_have else sk.keys[has], max_bucket, anchors)
+                pi, pj = glue.candidate_pairs(dev, sk.keys if all_have else xp.take(sk.keys, some, axis=0), max_bucket,
+                                              anchors)
                 if not all_have:
                     pi, pj = xp.take(some, pi), xp.take(some, pj)
             with dev.step("fuzzy: verify"):
@@ -119,7 +120,7 @@ class ResidentCorpus:
                 scores = score(pi, pj)
             with dev.step("fuzzy: components"):
                 edge = scores >= threshold - 1e-12
-                labels = glue.components(dev, m, pi[edge], pj[edge])
+                labels = glue.components(dev, m, *dev.compress(edge, pi, pj))
                 canon = glue.canonicals(dev, labels, key_dev)
                 local = xp.arange(m, dtype=xp.int64)
                 similarity = xp.where(canon == local, xp.ones(m, dtype=xp.float64), score(local, canon))
