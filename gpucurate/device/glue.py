@@ -185,11 +185,11 @@ def sketch(dev, t: DeviceTexts, units: TextUnits, params, perm_a, perm_b) -> Dev
 def select(dev, sk: DeviceSketch, mask) -> DeviceSketch:
     """The sketches of the texts where ``mask`` (bool[n], on the device) is true, in order."""
     xp = dev.xp
-    lengths, keys = dev.compress(mask, sk.set_offsets[1:] - sk.set_offsets[:-1], sk.keys)
+    lengths, keys, *sigs = dev.compress(mask, sk.set_offsets[1:] - sk.set_offsets[:-1], sk.keys,
+                                        *([sk.sigs] if sk.sigs is not None else []))
     owner = segment_ids(xp, sk.set_offsets, sk.set_values.shape[0])
     values = dev.compress(xp.take(mask, owner), sk.set_values)[0] if sk.set_values.shape[0] else sk.set_values
-    return DeviceSketch(keys, _exclusive_cumsum(xp, lengths), values,
-                        dev.compress(mask, sk.sigs)[0] if sk.sigs is not None else None)
+    return DeviceSketch(keys, _exclusive_cumsum(xp, lengths), values, sigs[0] if sigs else None)
 
 
 def concat_sketches(dev, parts: list[DeviceSketch], bands: int, n_perm: int) -> DeviceSketch:
@@ -246,13 +246,8 @@ def unique_pairs(dev, packed):
     return dev.compress(run_starts(xp, packed) & (packed != int(NO_PAIR)), packed)[0]
 
 
-def pack_pairs(dev, pi, pj):
-    """uint64 ``pi << 32 | pj`` (both int64 in ``[0, 2**32)``)."""
-    xp = dev.xp
-    return (xp.astype(pi, xp.uint64) << 32) | xp.astype(pj, xp.uint64)
-
-
 def unpack_pairs(dev, packed):
+    """``(i, j)`` int64 of packed pairs ``i << 32 | j``."""
     xp = dev.xp
     return xp.astype(packed >> 32, xp.int64), xp.astype(packed & 0xFFFFFFFF, xp.int64)
 
