@@ -233,24 +233,26 @@ class FuzzyDedup:
         ``resident`` (a ``ResidentCorpus`` with params): the states hold the partitions' device sketches
         (``sketch``), which the stage uses and then drops."""
         device = resident is not None and resident.params is not None
-        if self._on_dask(executor) or (device and self._sketches_exceed(table, resident, executor)):
+        if self._on_dask(executor):
             return self._run_dask(ddf, table, participants, keys, executor, resident if device else None)
-        if device:  # in one process: the states' sketches are the Spillables themselves
+        if device:  # in one process (``device_params``): the states' sketches are the Spillables themselves
             sketches = executor.compute(table.column("sketch"), "fuzzy: sketches")
+            if self._sketches_exceed(sketches, resident):
+                return self._run_dask(ddf, table, participants, keys, executor, resident)
             table = table.without(executor, "fuzzy: sketches", "sketch")
             result = self._run_resident(keys, _gathered(participants, executor), resident, sketches)
         else:
             result = self.run(ddf, keys, _gathered(participants, executor), executor)
         return self._scatter(table, result, executor), result
 
-    def _sketches_exceed(self, table: DocParts, resident, executor: Executor) -> bool:
-        """Whether the partitions' device sketches take more than half of ``run.device_memory``: the LSH on
-        one device would then hold them all at once, so it runs by exchanges between the partition tasks
+    def _sketches_exceed(self, sketches: list, resident) -> bool:
+        """Whether the partitions' device ``sketches`` take more than half of ``run.device_memory``: the LSH
+        on one device would then hold them all at once, so it runs by exchanges between the partition tasks
         (each holding about a partition's worth) instead, with the same result."""
         budget = resident.dev.store.budget
         if budget is None or self.cfg.lsh == "driver" or not self.cfg.verify:
             return False
-        total = sum(executor.compute([dask.delayed(_nbytes)(s) for s in table.column("sketch")], "fuzzy: sketches"))
+        total = sum(s.nbytes for s in sketches)
         if total <= budget // 2:
             return False
         log.info("fuzzy: the sketches (%.1f MB) exceed half of run.device_memory (%.1f MB): LSH by exchanges "
@@ -411,10 +413,6 @@ class FuzzyDedup:
         results = executor.map_threads(lambda c: jaccard_pairs(offsets, values, pi[c[0]:c[1]], pj[c[0]:c[1]]),
                                        chunks)
         return np.concatenate(results) if results else np.empty(0, np.float64)
-
-
-def _nbytes(sketch) -> int:
-    return sketch.nbytes
 
 
 def _gathered(participants: list, executor: Executor) -> np.ndarray:

@@ -137,11 +137,10 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
 def _device_summary(arrays, executor: Executor, fuzzy) -> dict:
     """``summary.json``'s ``device`` section: the transfer ledger of this process and, on a cluster, of the
     workers' processes, summed; ``resident`` when the fuzzy stage's sketches stayed on the devices."""
+    from ..device.arrays import merge_ledgers, process_ledger
     ledgers = [arrays.summary()]
     if executor.client is not None:
-        from ..device.arrays import process_ledger
         ledgers += [w for w in executor.client.run(process_ledger, arrays.kind).values() if w is not None]
-    from ..device.arrays import merge_ledgers
     out = dict(merge_ledgers(ledgers), arrays=arrays.kind, processes=len(ledgers),
                resident=fuzzy is None or bool(fuzzy.stats.get("device_resident")))
     if executor.client is not None:
