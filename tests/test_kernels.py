@@ -168,8 +168,8 @@ def test_jaccard_pairs_and_components():
     assert labels.tolist() == [0, 0, 2, 3, 0, 5]
 
 
-def _lsh_pairs(keys, max_bucket=1000, anchors=8):
-    pi, pj = pairs.candidate_pairs(keys, max_bucket, anchors)
+def _lsh_pairs(keys, max_bucket=1000, anchors=8, threads=1):
+    pi, pj = pairs.candidate_pairs(keys, max_bucket, anchors, threads)
     return list(zip(pi.tolist(), pj.tolist()))
 
 
@@ -189,6 +189,38 @@ def test_candidate_pairs_in_a_large_bucket_go_through_anchors():
     # far fewer than all 190 pairs
     expected = {(a, y) for a in (0, 1) for y in range(a + 1, 20)} | {(y, y + 1) for y in range(19)}
     assert got == expected
+
+
+def _reference_lsh_pairs(keys, max_bucket, anchors):
+    buckets = {}
+    for d, row in enumerate(keys.tolist()):
+        for key in row:
+            buckets.setdefault(key, []).append(d)
+    out = set()
+    for docs in buckets.values():
+        docs.sort()
+        if len(docs) <= max_bucket:
+            out |= {(i, j) for x, i in enumerate(docs) for j in docs[x + 1:] if i != j}
+        else:
+            for y in range(1, len(docs)):
+                out |= {(docs[x], docs[y]) for x in range(min(anchors, y))}
+                out.add((docs[y - 1], docs[y]))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_candidate_pairs_on_skewed_keys_whatever_the_threads(threads):
+    """Keys that are not uniform hashes (small integers; the same value in two bands is one bucket), a bucket
+    of 300 members (the anchor rule, and a radix bin sorted by the stable fallback), many entries (several
+    radix bins split between the threads): the pairs are those of the plain bucket rule."""
+    rng = np.random.default_rng(5)
+    n, bands = 5000, 5
+    keys = rng.integers(0, 3000, size=(n, bands)).astype(np.uint64)
+    keys[rng.choice(n, 300, replace=False), 2] = 7_000_000  # one big bucket, once per member
+    keys[:, 4] = rng.integers(0, 1 << 63, size=n).astype(np.uint64)  # spread keys, mostly singletons
+    keys[100:110, 4] = keys[99, 4]
+    for max_bucket, anchors in ((1000, 8), (50, 3)):
+        assert _lsh_pairs(keys, max_bucket, anchors, threads) == _reference_lsh_pairs(keys, max_bucket, anchors)
 
 
 def test_band_seed_differs_per_band():

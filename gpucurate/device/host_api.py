@@ -101,7 +101,8 @@ def signature_agreement(sigs, pi, pj) -> np.ndarray:
                                                     DEV.to_device(pj.astype(np.int64))))
 
 
-def candidate_pairs(band_keys_: np.ndarray, max_bucket: int, anchors: int):
+def candidate_pairs(band_keys_: np.ndarray, max_bucket: int, anchors: int, threads: int = 1):
+    """``pairs.candidate_pairs`` on the device (``threads`` is the CPU kernel's and unused here)."""
     with DEV.lock, DEV.step("fuzzy: lsh"):
         pi, pj = glue.candidate_pairs(DEV, DEV.to_device(band_keys_), max_bucket, anchors)
         return DEV.to_host(pi), DEV.to_host(pj)

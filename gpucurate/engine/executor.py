@@ -166,9 +166,14 @@ class Executor:
             return 1
         return max(1, self.workers // n_tasks)
 
+    @property
+    def local_threads(self) -> int:
+        """Threads for driver-side work: the run's workers in one process, this machine's cores on a cluster."""
+        return self.workers if self.client is None else (os.cpu_count() or 1)
+
     def map_threads(self, fn, chunks: list) -> list:
-        """Run ``fn`` over driver-side chunks on the local cores (numba kernels release the GIL)."""
-        return thread_map(fn, chunks, os.cpu_count() or 1)
+        """Run ``fn`` over driver-side chunks on ``local_threads`` threads (numba kernels release the GIL)."""
+        return thread_map(fn, chunks, self.local_threads)
 
     def close(self) -> None:
         if self.client is not None:

@@ -9,27 +9,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..engine.threads import thread_map
 from .hashing import U64
 
 
 @njit(nogil=True, cache=True)
-def bucket_pairs(keys, docs, max_bucket, anchors):
-    """Candidate pairs from LSH buckets, walked in key order (sequential memory access).
-
-    Parameters
-    ----------
-    keys : uint64[m] -- band keys sorted ascending (the band index is part of each key's hash).
-    docs : int64[m] -- the document of each key, in any order within a bucket. Large buckets are
-        sorted in place by document, so the anchors below are the same whatever the sort left.
-    max_bucket, anchors : buckets up to ``max_bucket`` members give all their pairs; in a larger one
-        the first ``anchors`` members (by document) pair with every later member and the others only
-        with their successor, which bounds the pairs of a bucket by ``m * (anchors + 1)``.
-
-    Returns
-    -------
-    uint64[p] -- ``i << 32 | j`` with ``i < j``; a pair found in several bands appears several times
-    (``unique_pairs`` removes the repeats).
-    """
+def _pairs_of_buckets(keys, max_bucket, anchors):
+    """How many pairs ``_emit_bucket_pairs`` writes for ``keys`` (equal keys adjacent)."""
     m = keys.shape[0]
     total = 0
     a = 0
@@ -40,8 +26,13 @@ def bucket_pairs(keys, docs, max_bucket, anchors):
         size = b - a
         total += size * (size - 1) // 2 if size <= max_bucket else (size - 1) * (anchors + 1)
         a = b
-    out = np.empty(total, dtype=np.uint64)
-    w = 0
+    return total
+
+
+@njit(nogil=True, cache=True)
+def _emit_bucket_pairs(keys, docs, max_bucket, anchors, out, w):
+    """Write the pairs of ``bucket_pairs``' rule into ``out`` from ``out[w]`` on; return the new end."""
+    m = keys.shape[0]
     a = 0
     while a < m:
         b = a + 1
@@ -65,21 +56,161 @@ def bucket_pairs(keys, docs, max_bucket, anchors):
                     out[w] = (U64(docs[y - 1]) << U64(32)) | U64(docs[y])
                     w += 1
         a = b
+    return w
+
+
+@njit(nogil=True, cache=True)
+def bucket_pairs(keys, docs, max_bucket, anchors):
+    """Candidate pairs from LSH buckets, walked in key order (sequential memory access).
+
+    Parameters
+    ----------
+    keys : uint64[m] -- band keys with equal keys adjacent (e.g. sorted).
+    docs : int64[m] -- the document of each key, in any order within a bucket. Large buckets are
+        sorted in place by document, so the anchors below are the same whatever the sort left.
+    max_bucket, anchors : buckets up to ``max_bucket`` members give all their pairs; in a larger one
+        the first ``anchors`` members (by document) pair with every later member and the others only
+        with their successor, which bounds the pairs of a bucket by ``m * (anchors + 1)``.
+
+    Returns
+    -------
+    uint64[p] -- ``i << 32 | j`` with ``i < j``; a pair found in several bands appears several times
+    (``band_pairs`` and ``candidate_pairs`` remove the repeats).
+    """
+    out = np.empty(_pairs_of_buckets(keys, max_bucket, anchors), dtype=np.uint64)
+    return out[:_emit_bucket_pairs(keys, docs, max_bucket, anchors, out, 0)]
+
+
+#: odd 64-bit multiplier (Fibonacci hashing): spreads keys over the radix bins even when they are not
+#: uniform hashes, and maps equal keys to one bin
+_SPREAD = U64(0x9E3779B97F4A7C15)
+
+
+@njit(nogil=True, cache=True)
+def _radix_bits(count, per_bin):
+    """Bits of a radix split of ``count`` entries into bins of about ``per_bin`` (at least 1 bit)."""
+    bits = 1
+    while (1 << bits) * per_bin < count and bits < 24:
+        bits += 1
+    return bits
+
+
+@njit(nogil=True, cache=True)
+def split_by_key(flat, bands, bits):
+    """Band entries ``(key, document)`` of ``flat`` (``uint64[n * bands]``, row-major ``[n, bands]``)
+    bucketed by the top ``bits`` bits of their spread key: ``(keys uint64[m], docs int64[m], start
+    int64[2**bits + 1])``, bin ``b`` being ``start[b]:start[b + 1]``, documents ascending within a bin. Equal
+    keys land in one bin whatever their band."""
+    m = flat.shape[0]
+    shift = U64(64 - bits)
+    n_bins = 1 << bits
+    start = np.zeros(n_bins + 1, np.int64)
+    for x in range(m):
+        start[np.int64((flat[x] * _SPREAD) >> shift) + 1] += 1
+    for b in range(n_bins):
+        start[b + 1] += start[b]
+    fill = start[:n_bins].copy()
+    keys = np.empty(m, np.uint64)
+    docs = np.empty(m, np.int64)
+    x = 0
+    for d in range(m // bands):
+        for _ in range(bands):
+            key = flat[x]
+            b = np.int64((key * _SPREAD) >> shift)
+            keys[fill[b]] = key
+            docs[fill[b]] = d
+            fill[b] += 1
+            x += 1
+    return keys, docs, start
+
+
+@njit(nogil=True, cache=True)
+def bin_pairs(keys, docs, start, bits, bin_lo, bin_hi, max_bucket, anchors):
+    """``bucket_pairs`` of the bins ``bin_lo..bin_hi-1`` of ``split_by_key``, sorted and without repeats
+    (``uint64[p]``, ``i << 32 | j``).
+
+    Each bin (tens of thousands of entries, which stay in cache) is grouped by key with a counting sort on
+    the next bits of the spread key, then an insertion sort within each small group; documents stay
+    ascending within a bucket. Linear work, where one sort of all ``n * bands`` entries is ``O(m log m)``
+    over main memory.
+    """
+    widest = 1
+    for b in range(bin_lo, bin_hi):
+        widest = max(widest, start[b + 1] - start[b])
+    fine = _radix_bits(widest, 16)
+    shift = U64(64 - fine)
+    n_fine = 1 << fine
+    fine_start = np.empty(n_fine + 1, np.int64)
+    fill = np.empty(n_fine, np.int64)
+    bin_keys = np.empty(widest, np.uint64)
+    bin_docs = np.empty(widest, np.int64)
+    out = np.empty(max(16, start[bin_hi] - start[bin_lo]), np.uint64)
+    w = 0
+    for b in range(bin_lo, bin_hi):
+        lo, size = start[b], start[b + 1] - start[b]
+        fine_start[:] = 0
+        for x in range(lo, lo + size):
+            fine_start[np.int64(((keys[x] * _SPREAD) << U64(bits)) >> shift) + 1] += 1
+        for f in range(n_fine):
+            fine_start[f + 1] += fine_start[f]
+        fill[:] = fine_start[:n_fine]
+        for x in range(lo, lo + size):
+            f = np.int64(((keys[x] * _SPREAD) << U64(bits)) >> shift)
+            bin_keys[fill[f]] = keys[x]
+            bin_docs[fill[f]] = docs[x]
+            fill[f] += 1
+        for f in range(n_fine):
+            g0, g1 = fine_start[f], fine_start[f + 1]
+            if g1 - g0 > 64:  # many equal keys: a stable sort, not a quadratic one
+                order = np.argsort(bin_keys[g0:g1], kind="mergesort")
+                bin_keys[g0:g1] = bin_keys[g0:g1][order]
+                bin_docs[g0:g1] = bin_docs[g0:g1][order]
+                continue
+            for y in range(g0 + 1, g1):
+                key, doc = bin_keys[y], bin_docs[y]
+                z = y - 1
+                while z >= g0 and bin_keys[z] > key:
+                    bin_keys[z + 1] = bin_keys[z]
+                    bin_docs[z + 1] = bin_docs[z]
+                    z -= 1
+                bin_keys[z + 1] = key
+                bin_docs[z + 1] = doc
+        need = w + _pairs_of_buckets(bin_keys[:size], max_bucket, anchors)
+        if need > out.shape[0]:
+            grown = np.empty(max(need, 2 * out.shape[0]), np.uint64)
+            grown[:w] = out[:w]
+            out = grown
+        w = _emit_bucket_pairs(bin_keys[:size], bin_docs[:size], max_bucket, anchors, out, w)
+    return _sorted_distinct(out[:w])
+
+
+@njit(nogil=True, cache=True)
+def _sorted_distinct(packed):
+    packed = np.sort(packed)
+    w = 0
+    for t in range(packed.shape[0]):
+        if t == 0 or packed[t] != packed[w - 1]:
+            packed[w] = packed[t]
+            w += 1
+    return packed[:w]
+
+
+@njit(nogil=True, cache=True)
+def _merge_distinct(a, b):
+    """The distinct values of two sorted, distinct ``uint64`` arrays, sorted."""
+    out = np.empty(a.shape[0] + b.shape[0], np.uint64)
+    x = y = w = 0
+    while x < a.shape[0] or y < b.shape[0]:
+        if y == b.shape[0] or (x < a.shape[0] and a[x] <= b[y]):
+            v = a[x]
+            x += 1
+        else:
+            v = b[y]
+            y += 1
+        if w == 0 or out[w - 1] != v:
+            out[w] = v
+            w += 1
     return out[:w]
-
-
-def unique_pairs(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct pairs of ``bucket_pairs``, sorted by ``(i, j)``: ``(pi, pj)`` int64 arrays.
-
-    ``np.sort`` + a mask, which is many times faster than ``np.unique`` on tens of millions of keys."""
-    if len(packed) == 0:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    s = np.sort(packed)
-    keep = np.empty(len(s), dtype=bool)
-    keep[0] = True
-    np.not_equal(s[1:], s[:-1], out=keep[1:])
-    s = s[keep]
-    return (s >> np.uint64(32)).astype(np.int64), (s & np.uint64(0xFFFFFFFF)).astype(np.int64)
 
 
 def pack_pairs(i: np.ndarray, j: np.ndarray) -> np.ndarray:
@@ -100,13 +231,24 @@ def index_of(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
     return out
 
 
-def candidate_pairs(band_keys: np.ndarray, max_bucket: int, anchors: int) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct LSH candidate pairs of documents ``0..n-1`` given their ``uint64[n, bands]`` band keys;
-    sorted by ``(i, j)`` with ``i < j``. Deterministic: the result does not depend on sort stability."""
-    n, bands = band_keys.shape
-    flat = band_keys.ravel()
-    order = np.argsort(flat)
-    return unique_pairs(bucket_pairs(flat[order], order // bands, max_bucket, anchors))
+def candidate_pairs(band_keys: np.ndarray, max_bucket: int, anchors: int,
+                    threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct LSH candidate pairs of documents ``0..n-1`` given their ``uint64[n, bands]`` band keys (a
+    bucket is one key value, whatever its band); sorted by ``(i, j)`` with ``i < j``. Deterministic: the
+    result does not depend on sort stability or on ``threads`` (the key bins are split between them)."""
+    flat = np.ascontiguousarray(band_keys).ravel()
+    bits = _radix_bits(len(flat), 1 << 16)
+    keys, docs, start = split_by_key(flat, band_keys.shape[1], bits)
+    # bins cut into runs of about equal entries, a few per thread so that one slow bin does not hold the rest
+    runs = max(1, min(4 * threads, 1 << bits))
+    cuts = np.unique(np.searchsorted(start, np.linspace(0, len(flat), runs + 1), side="right") - 1)
+    cuts[-1] = 1 << bits
+    parts = thread_map(lambda c: bin_pairs(keys, docs, start, bits, c[0], c[1], max_bucket, anchors),
+                       [(a, b) for a, b in zip(cuts[:-1], cuts[1:]) if b > a], threads)
+    packed = parts[0] if parts else np.empty(0, np.uint64)
+    for more in parts[1:]:  # runs of bins hold distinct keys, not distinct pairs: merge away the repeats
+        packed = _merge_distinct(packed, more)
+    return (packed >> np.uint64(32)).astype(np.int64), (packed & np.uint64(0xFFFFFFFF)).astype(np.int64)
 
 
 @njit(nogil=True, cache=True)

@@ -167,11 +167,12 @@ class FuzzyDedup:
         # LSH: documents sharing any band key are candidates; documents with no shingle left (only
         # boilerplate) have no key to share
         has_shingles = np.diff(csr_offsets) > 0
+        lsh = (self.cfg.max_bucket_size, self.cfg.bucket_anchors, executor.local_threads)
         if has_shingles.all():
-            pi, pj = pk.candidate_pairs(keys, self.cfg.max_bucket_size, self.cfg.bucket_anchors)
+            pi, pj = pk.candidate_pairs(keys, *lsh)
         else:
             some = np.flatnonzero(has_shingles)
-            pi, pj = pk.candidate_pairs(keys[some], self.cfg.max_bucket_size, self.cfg.bucket_anchors)
+            pi, pj = pk.candidate_pairs(keys[some], *lsh)
             pi, pj = some[pi], some[pj]
         steps["lsh"] = time.perf_counter() - t0
 

@@ -198,7 +198,8 @@ def group_items(stage: FuzzyDedup, sk: Sketches, active: np.ndarray, key: np.nda
     ``cached_pairs`` (uint64 ``pack_pairs``) hold the pairs verified by earlier batches.
     """
     some = np.flatnonzero(active & (np.diff(sk.csr_offsets) > 0))
-    pi, pj = stage.backend.pairs.candidate_pairs(sk.keys[some], max_bucket, anchors)
+    pi, pj = stage.backend.pairs.candidate_pairs(sk.keys[some], max_bucket, anchors,
+                                                 executor.local_threads if executor is not None else 1)
     pi, pj = some[pi], some[pj]
     packed = pack_pairs(pi, pj)
     at = index_of(cached_pairs, packed)
