@@ -258,3 +258,28 @@ def test_signatures_of_selected_rows_equal_those_of_the_rows_taken_out(mode, k):
             got = minhash.signatures(offsets, data, mode, k, np.uint64(1), a, b, batch_bytes=batch, threads=threads,
                                      rows=rows)
             assert all(np.array_equal(x, y) for x, y in zip(want, got))
+
+
+def test_a_cached_kernel_loads_without_the_compiler_start_up():
+    """``kernels.jit``: in a fresh process a kernel found in the on-disk cache is loaded without numba
+    refreshing its typing and lowering registries (which imports e.g. ``numba.typed.typeddict``), and
+    computes the same as here, where it was compiled or loaded."""
+    import json
+    import subprocess
+    import sys
+    texts = ["", "a", "déjà vu", "x" * 100]
+    offsets, data = arrow_buffers(pa.array(texts, pa.large_string()))
+    want = minhash.text_hashes(offsets, padded_words(data)).tolist()  # the cache is warm from here on
+    code = (
+        "import json, sys\n"
+        "import pyarrow as pa\n"
+        "from gpucurate.kernels import minhash\n"
+        "from gpucurate.kernels.hashing import padded_words\n"
+        "from gpucurate.stages.normalize import arrow_buffers\n"
+        f"offsets, data = arrow_buffers(pa.array({texts!r}, pa.large_string()))\n"
+        "got = minhash.text_hashes(offsets, padded_words(data)).tolist()\n"
+        "print(json.dumps({'got': got, 'hits': sum(minhash.text_hashes.stats.cache_hits.values()),\n"
+        "                  'refreshed': 'numba.typed.typeddict' in sys.modules}))\n")
+    out = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                    check=True).stdout)
+    assert out == {"got": [int(h) for h in want], "hits": 1, "refreshed": False}

@@ -12,7 +12,7 @@ for each word, then ``fmix64(h)``; ``reference_ngram_hash`` is the plain-Python 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from .jit import njit
 
 from .hashing import U64, fmix64, fold, hash_bytes, reference_fmix64, reference_fold, reference_hash_bytes
 

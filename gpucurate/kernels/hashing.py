@@ -22,7 +22,7 @@ Definitions (the contract; ``reference_hash_bytes`` is the plain-Python version 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from .jit import njit
 
 U64 = np.uint64
 M1 = U64(0x9E3779B97F4A7C15)

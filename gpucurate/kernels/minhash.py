@@ -14,7 +14,7 @@ Shingle hashes are defined in ``hashing`` (units hashed, then folded).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from .jit import njit
 
 from ..engine.threads import thread_map
 from .hashing import EXACT_SEED, M2, U64, band_seed, fmix64, fold, hash_bytes, minhash_value, padded_words

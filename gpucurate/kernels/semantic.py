@@ -7,8 +7,9 @@ Embeddings are float32 unit vectors, so cosine similarity is a dot product.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
+
+from .jit import njit
 
 #: similarity-matrix entries computed per block of the within-cluster search (bounds its memory)
 BLOCK_ENTRIES = 1 << 24
@@ -188,7 +189,7 @@ def later_pairs(x: np.ndarray, start: int, threshold: float, device: str = "cpu"
     return a[order].astype(np.int64), b[order].astype(np.int64), score[order]
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def greedy_keep(n, ei, ej, es):
     """SemDeDup keep rule over points numbered in keep-priority order.
 

@@ -26,7 +26,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from numba import njit
+from ..kernels.jit import njit
 
 from ..errors import ConfigError
 from ..kernels.hashing import fmix64
