@@ -84,7 +84,7 @@ def _minhash_into(hashes, perm_a, perm_b, sig):
 
 
 @njit(nogil=True, cache=True)
-def shingle_minhash(offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_b, counts, sh_offsets):
+def shingle_minhash(offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_b, counts):
     """MinHash signatures and distinct shingle hashes of every text.
 
     Parameters
@@ -95,20 +95,21 @@ def shingle_minhash(offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_
     mode, k : WORD or CHAR, shingle length in units.
     seed : uint64 -- shingle hash seed.
     perm_a, perm_b : uint64[P] -- permutations (``hashing.permutations``).
-    counts : int64[n] -- ``shingle_counts``; sh_offsets : int64[n + 1] -- its exclusive cumsum.
+    counts : int64[n] -- ``shingle_counts``.
     (``signatures`` does all of this; this is the compiled core.)
 
     Returns
     -------
     sigs : uint32[n, P]
-    uniq_counts : int64[n] -- distinct shingles of each text, stored (in first-seen order) at
-        ``values[sh_offsets[d] : sh_offsets[d] + uniq_counts[d]]``.
-    values : uint64[sh_offsets[-1]]
+    uniq_counts : int64[n] -- distinct shingles of each text.
+    values : uint64[uniq_counts.sum()] -- the distinct shingles of text 0, then of text 1, ... (each in
+        first-seen order): a CSR array with offsets ``cumsum(uniq_counts)``, written in place (a view of a
+        buffer of ``counts.sum()``), so no second pass compacts it.
     """
     n = offsets.shape[0] - 1
     P = perm_a.shape[0]
     sigs = np.full((n, P), EMPTY_SIG, dtype=np.uint32)
-    values = np.empty(sh_offsets[n], dtype=np.uint64)
+    values = np.empty(counts.sum(), dtype=np.uint64)
     uniq_counts = np.zeros(n, dtype=np.int64)
     max_sh = 1
     for d in range(n):
@@ -123,6 +124,7 @@ def shingle_minhash(offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_
     stamp = np.zeros(table_size, dtype=np.int64)
     sig = np.empty(P, dtype=np.uint32)
     shingle_seed = seed ^ M2
+    base = 0  # where text d's distinct shingles start: the sum of the earlier texts' counts
     for d in range(n):
         s, e = offsets[d], offsets[d + 1]
         if e <= s:
@@ -133,7 +135,6 @@ def shingle_minhash(offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_
         while size < 2 * nsh:
             size *= 2
         mask = U64(size - 1)
-        base = sh_offsets[d]
         w = 0
         for u in range(nsh):
             h = shingle_seed
@@ -152,21 +153,8 @@ def shingle_minhash(offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_
         _minhash_into(values[base:base + w], perm_a, perm_b, sig)
         sigs[d, :] = sig
         uniq_counts[d] = w
-    return sigs, uniq_counts, values
-
-
-@njit(nogil=True, cache=True)
-def compact_csr(sh_offsets, uniq_counts, values):
-    """Drop the unused tail of each segment: return (offsets int64[n + 1], values uint64[total])."""
-    n = uniq_counts.shape[0]
-    out_off = np.empty(n + 1, dtype=np.int64)
-    out_off[0] = 0
-    for d in range(n):
-        out_off[d + 1] = out_off[d] + uniq_counts[d]
-    out = np.empty(out_off[n], dtype=np.uint64)
-    for d in range(n):
-        out[out_off[d]:out_off[d + 1]] = values[sh_offsets[d]:sh_offsets[d] + uniq_counts[d]]
-    return out_off, out
+        base += w
+    return sigs, uniq_counts, values[:base]
 
 
 @njit(nogil=True, cache=True)
@@ -223,12 +211,7 @@ def signatures(offsets: np.ndarray, data: np.ndarray, mode: int, k: int, seed: n
             batch_data = words.view(np.uint8)[:batch_offsets[-1]]
         bounds, cursor = unit_bounds(batch_offsets, batch_data, mode)
         counts = shingle_counts(batch_offsets, cursor, mode, k)
-        sh_offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-        np.cumsum(counts, out=sh_offsets[1:])
-        sigs, uniq, values = shingle_minhash(batch_offsets, words, bounds, cursor, mode, k,
-                                             seed, perm_a, perm_b, counts, sh_offsets)
-        csr_offsets, csr_values = compact_csr(sh_offsets, uniq, values)
-        return sigs, np.diff(csr_offsets), csr_values
+        return shingle_minhash(batch_offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_b, counts)
 
     results = thread_map(batch, list(zip(cuts[:-1], cuts[1:])), threads)
     sig_parts = [r[0] for r in results]
