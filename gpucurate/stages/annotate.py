@@ -287,7 +287,7 @@ def _edges(table: DocParts, executor, i, j, score, method: str, threshold: float
         "id_b": id_array(ids_b),
         "score": pa.array(score, type=pa.float64()),
         "above_threshold": pa.array(score >= threshold, type=pa.bool_()),
-        "method": pa.array(np.full(len(score), method, dtype=object), type=pa.string()),
+        "method": pa.repeat(pa.scalar(method, pa.string()), len(score)),
     })
 
 

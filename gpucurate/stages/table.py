@@ -305,8 +305,10 @@ class DocParts:
     def values_at(self, executor: Executor, name: str, rows: np.ndarray) -> np.ndarray:
         """One column's values at global ``rows`` (any order), asked of the partitions that hold them."""
         rows = np.asarray(rows, np.int64)
-        order = np.argsort(rows, kind="stable")
-        cuts = np.searchsorted(rows[order], self.part_offsets)
+        owner = np.searchsorted(self.part_offsets, rows, side="right") - 1
+        # grouped by partition, not sorted by row: a stable sort of small integers is NumPy's radix sort
+        order = np.argsort(owner.astype(np.int16 if self.npartitions < 1 << 15 else np.int64), kind="stable")
+        cuts = np.searchsorted(owner[order], np.arange(self.npartitions + 1))
         owners = [q for q in range(self.npartitions) if cuts[q + 1] > cuts[q]]
         got = executor.compute([dask.delayed(_take)(self.states[q], name, rows[order[cuts[q]:cuts[q + 1]]]
                                                     - self.part_offsets[q]) for q in owners], f"look up {name}")
