@@ -84,7 +84,7 @@ def _minhash_into(hashes, perm_a, perm_b, sig):
 
 
 @njit(nogil=True, cache=True)
-def shingle_minhash(offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_b, counts):
+def shingle_minhash(offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_b, counts, sigs):
     """MinHash signatures and distinct shingle hashes of every text.
 
     Parameters
@@ -96,11 +96,12 @@ def shingle_minhash(offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_
     seed : uint64 -- shingle hash seed.
     perm_a, perm_b : uint64[P] -- permutations (``hashing.permutations``).
     counts : int64[n] -- ``shingle_counts``.
+    sigs : uint32[n, P] -- written: the MinHash signatures (all ``EMPTY_SIG`` for an empty text); a slice of
+        the caller's output, so that batches need no concatenation.
     (``signatures`` does all of this; this is the compiled core.)
 
     Returns
     -------
-    sigs : uint32[n, P]
     uniq_counts : int64[n] -- distinct shingles of each text.
     values : uint64[uniq_counts.sum()] -- the distinct shingles of text 0, then of text 1, ... (each in
         first-seen order): a CSR array with offsets ``cumsum(uniq_counts)``, written in place (a view of a
@@ -108,7 +109,6 @@ def shingle_minhash(offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_
     """
     n = offsets.shape[0] - 1
     P = perm_a.shape[0]
-    sigs = np.full((n, P), EMPTY_SIG, dtype=np.uint32)
     values = np.empty(counts.sum(), dtype=np.uint64)
     uniq_counts = np.zeros(n, dtype=np.int64)
     max_sh = 1
@@ -128,6 +128,7 @@ def shingle_minhash(offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_
     for d in range(n):
         s, e = offsets[d], offsets[d + 1]
         if e <= s:
+            sigs[d, :] = EMPTY_SIG
             continue
         units = _unit_hashes(words, bounds, cursor[d], cursor[d + 1], s, e, mode, seed, unit_hash)
         nsh = counts[d]
@@ -154,7 +155,7 @@ def shingle_minhash(offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_
         sigs[d, :] = sig
         uniq_counts[d] = w
         base += w
-    return sigs, uniq_counts, values[:base]
+    return uniq_counts, values[:base]
 
 
 @njit(nogil=True, cache=True)
@@ -199,6 +200,8 @@ def signatures(offsets: np.ndarray, data: np.ndarray, mode: int, k: int, seed: n
         target = sizes_at[cuts[-1]] + batch_bytes
         cuts.append(max(cuts[-1] + 1, min(n, int(np.searchsorted(sizes_at, target, side="right")) - 1)))
 
+    sigs = np.empty((n, len(perm_a)), np.uint32)
+
     def batch(bounds_pair):
         lo, hi = bounds_pair
         if rows is None:
@@ -211,18 +214,15 @@ def signatures(offsets: np.ndarray, data: np.ndarray, mode: int, k: int, seed: n
             batch_data = words.view(np.uint8)[:batch_offsets[-1]]
         bounds, cursor = unit_bounds(batch_offsets, batch_data, mode)
         counts = shingle_counts(batch_offsets, cursor, mode, k)
-        return shingle_minhash(batch_offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_b, counts)
+        return shingle_minhash(batch_offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_b, counts,
+                               sigs[lo:hi])
 
     results = thread_map(batch, list(zip(cuts[:-1], cuts[1:])), threads)
-    sig_parts = [r[0] for r in results]
-    off_parts = [r[1] for r in results]
-    val_parts = [r[2] for r in results]
     csr_offsets = np.zeros(n + 1, dtype=np.int64)
-    if n:
-        np.cumsum(np.concatenate(off_parts), out=csr_offsets[1:])
-    if not sig_parts:
-        return np.empty((0, len(perm_a)), np.uint32), csr_offsets, np.empty(0, np.uint64)
-    return np.concatenate(sig_parts), csr_offsets, np.concatenate(val_parts)
+    if not results:
+        return sigs, csr_offsets, np.empty(0, np.uint64)
+    np.cumsum(np.concatenate([r[0] for r in results]), out=csr_offsets[1:])
+    return sigs, csr_offsets, np.concatenate([r[1] for r in results])
 
 
 @njit(nogil=True, cache=True)
