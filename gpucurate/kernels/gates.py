@@ -12,9 +12,9 @@ for each word, then ``fmix64(h)``; ``reference_ngram_hash`` is the plain-Python 
 from __future__ import annotations
 
 import numpy as np
-from .jit import njit
 
 from .hashing import U64, fmix64, fold, hash_bytes, reference_fmix64, reference_fold, reference_hash_bytes
+from .jit import njit
 
 #: seed of the contamination word hashes and n-gram folds
 NGRAM_SEED = U64(0xC0A7A1A7)

@@ -22,6 +22,7 @@ Definitions (the contract; ``reference_hash_bytes`` is the plain-Python version 
 from __future__ import annotations
 
 import numpy as np
+
 from .jit import njit
 
 U64 = np.uint64

@@ -14,10 +14,10 @@ Shingle hashes are defined in ``hashing`` (units hashed, then folded).
 from __future__ import annotations
 
 import numpy as np
-from .jit import njit
 
 from ..engine.threads import thread_map
 from .hashing import EXACT_SEED, M2, U64, band_seed, fmix64, fold, hash_bytes, minhash_value, padded_words
+from .jit import njit
 
 WORD, CHAR = 0, 1
 EMPTY_SIG = np.uint32(0xFFFFFFFF)

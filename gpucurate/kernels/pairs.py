@@ -7,10 +7,10 @@ CSR layout written by ``minhash.shingle_minhash`` (distinct hashes of a document
 from __future__ import annotations
 
 import numpy as np
-from .jit import njit
 
 from ..engine.threads import thread_map
 from .hashing import U64
+from .jit import njit
 
 
 @njit(nogil=True, cache=True)

@@ -26,10 +26,10 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from ..kernels.jit import njit
 
 from ..errors import ConfigError
 from ..kernels.hashing import fmix64
+from ..kernels.jit import njit
 from ..kernels.pairs import components
 
 __all__ = [
