@@ -15,6 +15,13 @@ if os.environ.get("GPUCURATE_REAL_GPU") != "1":
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
 
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (the README's test command): one test process per core, at most 4; each loads numba,
+    PyTorch and Dask clusters of its own, so more would cost memory without shortening the slowest tests."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(4, cores))
+
+
 def write_jsonl(path: Path, records: list[dict], compress: str | None = None) -> Path:
     data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode("utf-8")
     if compress == "gz":
