@@ -143,13 +143,14 @@ def test_a_jsonl_file_is_cut_into_pieces_the_threads_can_share(tmp_path, demo_fr
 
 
 def test_a_local_run_imports_no_cluster_plotting_or_gpu_library(tmp_path, demo_frame):
-    """The fixed cost of a small run: a run on local threads loads neither dask.dataframe nor distributed,
-    matplotlib, CuPy / numba.cuda (on a machine without a CUDA driver), torch, scikit-learn or scipy.linalg
-    (which numba's first dispatch would import to look for BLAS: ``kernels._numba_numpy_without_blas``)."""
+    """The fixed cost of a small run: a run on local threads loads neither Dask nor distributed, fsspec (for
+    local files), tqdm (without progress bars), matplotlib, CuPy / numba.cuda (on a machine without a CUDA
+    driver), torch, scikit-learn or scipy.linalg (which numba's first dispatch would import to look for BLAS:
+    ``kernels._numba_numpy_without_blas``)."""
     import subprocess
     import sys
     src = write_jsonl(tmp_path / "d.jsonl", _records(demo_frame)[:50])
-    heavy = ["dask.dataframe", "distributed", "matplotlib", "torch", "sklearn", "transformers", "cupy", "scipy.linalg"]
+    heavy = ["dask", "distributed", "fsspec", "tqdm", "matplotlib", "torch", "sklearn", "transformers", "cupy", "scipy.linalg"]
     from gpucurate.engine.backend import _driver_library
     if not _driver_library():
         heavy.append("numba.cuda")

@@ -20,11 +20,11 @@ ledger; device-to-device sends over UCX are not used.
 
 from __future__ import annotations
 
-import dask
 import numpy as np
 import pandas as pd
 
 from ..engine.shuffle import by_bucket, exchange
+from ..engine.tasks import delayed, to_dask, value
 from ..stages.fuzzy_dask import SCORED_META, aligned_scores
 from . import glue
 from .arrays import Spillable
@@ -124,7 +124,7 @@ def _scored(table, to_owner: list, resident, executor, desc: str) -> list:
     state_rows = table.state_rows()
     to_verifier = exchange(executor, _send_sets, [(to_owner[q], s, first) for q, (s, first) in enumerate(state_rows)],
                            n_parts, resident, offs, desc=f"{desc}: send sets")
-    return executor.persist_tasks([dask.delayed(_verify)(to_verifier[r], s, first, resident)
+    return executor.persist_tasks([delayed(_verify)(to_verifier[r], s, first, resident)
                                    for r, (s, first) in enumerate(state_rows)], desc)
 
 
@@ -141,8 +141,8 @@ def device_candidates(table, participants: list, resident, cfg, executor):
     del bands  # in one process: the pieces themselves, freed as soon as they are used
     scored = _scored(table, to_owner, resident, executor, "fuzzy: verify (device)")
     del to_owner
-    n_pairs = int(sum(executor.compute([dask.delayed(len)(f) for f in scored], "fuzzy: count pairs")))
-    return dd.from_delayed(scored, meta=SCORED_META, verify_meta=False), n_pairs, DeviceSets(resident)
+    n_pairs = int(sum(executor.compute([delayed(len)(f) for f in scored], "fuzzy: count pairs")))
+    return dd.from_delayed(to_dask(scored), meta=SCORED_META, verify_meta=False), n_pairs, DeviceSets(resident)
 
 
 class DeviceSets:
@@ -164,7 +164,7 @@ class DeviceSets:
         if len(pi) == 0:
             return np.empty(0, np.float64)
         owner = np.searchsorted(table.part_offsets[1:], pi, side="right")
-        frames = [dask.delayed(pd.DataFrame({"i": i, "j": j}))
+        frames = [value(pd.DataFrame({"i": i, "j": j}))
                   for i, j in by_bucket(owner, table.npartitions, pi.astype(np.int64), pj.astype(np.int64))]
         scored = executor.compute(self.scored(table, executor, frames), "fuzzy: similarity to canonicals (device)")
         return aligned_scores(pd.concat(scored, ignore_index=True), pi, pj)

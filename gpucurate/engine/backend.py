@@ -7,10 +7,9 @@ for bit for the hash-based stages.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from types import ModuleType
-
-import logging
 
 from ..errors import ConfigError
 
@@ -33,9 +32,9 @@ def select(name: str = "auto") -> Backend:
     """Resolve ``auto | cpu | gpu`` to a Backend.
 
     ``gpu`` runs the exact and fuzzy stages device-resident (``device.resident``; CuPy arrays, numba.cuda
-    kernels) and Torch on CUDA; it is an error (exit 2) when ``device.arrays.probe_device`` fails. ``auto`` takes the GPU
-    only when the probe passes, and otherwise logs the reason once and runs on the CPU. ``auto`` never
-    picks numba's CUDA simulator.
+    kernels) and Torch on CUDA; it is an error (exit 2) when ``device.arrays.probe_device`` fails.
+    ``auto`` takes the GPU only when the probe passes, and otherwise logs the reason once and runs on the
+    CPU. ``auto`` never picks numba's CUDA simulator.
     """
     from ..device import simulated
     from ..kernels import gates, minhash, pairs, semantic

@@ -1,7 +1,9 @@
-"""Where partition tasks run: in-process Dask threads (default) or an existing Dask cluster.
+"""Where partition tasks run: in-process threads (default) or an existing Dask cluster.
 
-Stages hand the executor lists of ``dask.delayed`` tasks and get results back in task order, with a
-progress bar on stderr. Nothing else in the package talks to a scheduler.
+Stages hand the executor lists of tasks (``engine.tasks``) and get results back in task order, with a
+progress bar on stderr. A run without a cluster runs them on its own threads and never imports Dask;
+on a cluster (or when a graph holds parts of a Dask collection) they become ``dask.delayed`` calls.
+Nothing else in the package talks to a scheduler.
 """
 
 from __future__ import annotations
@@ -11,11 +13,9 @@ import os
 import sys
 from contextlib import contextmanager
 
-import dask
-from dask.callbacks import Callback
-from tqdm.auto import tqdm
-
 from ..errors import ConfigError
+from .partitions import Partitions
+from .tasks import compute, holds_dask, to_dask, value
 from .threads import thread_map
 
 log = logging.getLogger("gpucurate")
@@ -28,24 +28,48 @@ def _threads(*args, **kwargs):
     return dask.threaded.get(*args, **kwargs)
 
 
-class _TqdmCallback(Callback):
-    """Counts finished tasks of a local compute on a tqdm bar."""
+def _dask_progress(desc: str, enabled: bool):
+    """A Dask callback that counts the finished tasks of a local Dask compute on a tqdm bar."""
+    from dask.callbacks import Callback
 
-    def __init__(self, desc: str, enabled: bool):
-        super().__init__()
-        self.desc, self.enabled, self.bar = desc, enabled, None
+    class TqdmCallback(Callback):
+        def __init__(self):
+            super().__init__()
+            self.bar = None
 
-    def _start_state(self, dsk, state):
-        total = sum(len(state[k]) for k in ("ready", "waiting", "running", "finished"))
-        self.bar = tqdm(total=total, desc=self.desc, unit="task", file=sys.stderr, disable=not self.enabled,
-                        leave=False, dynamic_ncols=True)
+        def _start_state(self, dsk, state):
+            self.bar = _bar(sum(len(state[k]) for k in ("ready", "waiting", "running", "finished")), desc,
+                            "task", enabled)
 
-    def _posttask(self, key, result, dsk, state, worker_id):
-        self.bar.update(1)
+        def _posttask(self, key, result, dsk, state, worker_id):
+            self.bar.update(1)
 
-    def _finish(self, dsk, state, errored):
-        if self.bar is not None:
-            self.bar.close()
+        def _finish(self, dsk, state, errored):
+            if self.bar is not None:
+                self.bar.close()
+    return TqdmCallback()
+
+
+class _NoBar:
+    """What a disabled progress bar needs to be (tqdm is not imported for it)."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    close = update
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+
+def _bar(total: int, desc: str, unit: str, enabled: bool):
+    if not enabled:
+        return _NoBar()
+    from tqdm.auto import tqdm
+    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False, dynamic_ncols=True)
 
 
 class Executor:
@@ -103,29 +127,40 @@ class Executor:
         if not tasks:
             return []
         if self.client is None:
-            with _TqdmCallback(desc, self.progress):
-                return list(dask.compute(*tasks, scheduler=_threads, num_workers=self.workers))
-        futures = self.client.compute(tasks)
+            if holds_dask(tasks):
+                return self._dask_local(tasks, desc)
+            return compute(tasks, self.workers, lambda total: _bar(total, desc, "task", self.progress))
+        futures = self.client.compute(to_dask(tasks))
         self._wait(futures, desc)
         return self.client.gather(futures)
 
+    def _dask_local(self, tasks: list, desc: str) -> list:
+        """Tasks that take parts of a Dask collection, on Dask's local threads."""
+        import dask
+        with _dask_progress(desc, self.progress):
+            return list(dask.compute(*to_dask(tasks), scheduler=_threads, num_workers=self.workers))
+
     def iter_compute(self, tasks: list, desc: str):
-        """Compute delayed ``tasks`` a few at a time (twice the threads), yielding results in order: for
-        results that together would not fit in this process."""
+        """Compute ``tasks`` a few at a time (twice the threads), yielding results in order: for results
+        that together would not fit in this process."""
         step = max(1, 2 * self.workers)
-        with self._bar(len(tasks), desc) as bar:
+        with _bar(len(tasks), desc, "part", self.progress) as bar:
             for start in range(0, len(tasks), step):
                 batch = tasks[start:start + step]
                 if self.client is None:
-                    results = dask.compute(*batch, scheduler=_threads, num_workers=self.workers)
+                    results = self._dask_local(batch, desc) if holds_dask(batch) else compute(batch, self.workers)
                 else:
-                    results = self.client.gather(self.client.compute(batch))
+                    results = self.client.gather(self.client.compute(to_dask(batch)))
                 bar.update(len(batch))
                 yield from results
 
     def persist(self, collection, desc: str):
+        """``collection`` (``Partitions`` or a Dask collection) with its partitions computed and kept
+        where they were computed."""
+        if isinstance(collection, Partitions):
+            return Partitions(self.persist_tasks(collection.to_delayed(), desc), collection._meta)
         if self.client is None:
-            with _TqdmCallback(desc, self.progress):
+            with _dask_progress(desc, self.progress):
                 return collection.persist(scheduler=_threads, num_workers=self.workers)
         from distributed import futures_of
         persisted = self.client.persist(collection)
@@ -133,12 +168,12 @@ class Executor:
         return persisted
 
     def persist_tasks(self, tasks: list, desc: str) -> list:
-        """Compute delayed ``tasks`` and keep each result where it was computed (on a cluster, in its
-        worker's memory); returns delayed objects of the results, in order, for later tasks to take."""
+        """Compute ``tasks`` and keep each result where it was computed (on a cluster, in its worker's
+        memory); returns tasks (Dask objects on a cluster) of the results, in order, for later tasks."""
         if self.client is None:  # the results stay here, in the process that runs the tasks
-            return [dask.delayed(r, pure=False) for r in self._compute(tasks, desc)]
+            return [value(r) for r in self._compute(tasks, desc)]
         from distributed import futures_of
-        persisted = self.client.persist(tasks)
+        persisted = self.client.persist(to_dask(tasks))
         self._wait([f for t in persisted for f in futures_of(t)], desc)
         return persisted
 
@@ -152,12 +187,9 @@ class Executor:
         """Wait for cluster ``futures`` with a progress bar, so that step timings and failures belong to
         the step that started them."""
         from distributed import as_completed
-        with self._bar(len(futures), desc) as bar:
+        with _bar(len(futures), desc, "part", self.progress) as bar:
             for _ in as_completed(futures):
                 bar.update(1)
-
-    def _bar(self, total: int, desc: str):
-        return tqdm(total=total, desc=desc, unit="part", file=sys.stderr, disable=not self.progress, leave=False)
 
     def threads_per_task(self, n_tasks: int) -> int:
         """Threads one task may use itself: the spare local cores when there are fewer tasks than cores

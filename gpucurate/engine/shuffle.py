@@ -1,4 +1,4 @@
-"""Hash-partitioned exchange between partition tasks, on ``dask.delayed``: the same graph runs on the local
+"""Hash-partitioned exchange between partition tasks (``engine.tasks``): the same graph runs on the local
 threads and on a Dask cluster, where the pieces move between workers and never through this process.
 
 A stage that needs all records of a key together (a cluster's points, a span hash's occurrences) splits
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 
-import dask
 import numpy as np
+
+from .tasks import delayed
 
 
 def exchange(executor, split, inputs: list, n_buckets: int, *args, desc: str = "exchange") -> list[list]:
@@ -32,9 +33,9 @@ def exchange(executor, split, inputs: list, n_buckets: int, *args, desc: str = "
     delayed objects on a cluster).
     """
     if executor.client is None:
-        split_parts = executor.values_here([dask.delayed(split)(*item, n_buckets, *args) for item in inputs], desc)
+        split_parts = executor.values_here([delayed(split)(*item, n_buckets, *args) for item in inputs], desc)
     else:
-        split_parts = [dask.delayed(split, nout=n_buckets)(*item, n_buckets, *args) for item in inputs]
+        split_parts = [delayed(split, nout=n_buckets)(*item, n_buckets, *args) for item in inputs]
     return [[part[b] for part in split_parts] for b in range(n_buckets)]
 
 
@@ -87,11 +88,11 @@ def lookup(executor, requests: list, owners: list, part_offsets: np.ndarray, ans
     groups = owner_groups(len(part_offsets) - 1)
     row_bounds = part_offsets[groups]
     # each step is kept before the next takes its pieces: a task's graph then holds its own inputs only
-    split = executor.persist_tasks([dask.delayed(_split_requests)(r, row_bounds) for r in requests], desc)
-    answered = executor.persist_tasks([dask.delayed(_answer_group)(
+    split = executor.persist_tasks([delayed(_split_requests)(r, row_bounds) for r in requests], desc)
+    answered = executor.persist_tasks([delayed(_answer_group)(
         [s[g] for s in split], owners[groups[g]:groups[g + 1]], part_offsets[groups[g]:groups[g + 1] + 1], answer)
         for g in range(len(groups) - 1)], desc)
-    return executor.persist_tasks([dask.delayed(_merge_answers)(r, [a[p] for a in answered])
+    return executor.persist_tasks([delayed(_merge_answers)(r, [a[p] for a in answered])
                                    for p, r in enumerate(requests)], desc)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dask
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -11,6 +10,7 @@ import pyarrow.compute as pc
 from ..config import OutputConfig
 from ..engine.executor import Executor
 from ..engine.shuffle import answer_columns, lookup
+from ..engine.tasks import delayed
 from .contamination import CONTAMINATION_COLUMNS, ContaminationResult
 from .exact import ExactResult
 from .fuzzy import FuzzyResult
@@ -172,17 +172,17 @@ def annotate_parts(table: DocParts, executor: Executor, out: OutputConfig, fuzzy
     if fuzzy:
         fuzzy_of = lookup(executor, exact_canon, table.columns("fuzzy_canon", "fuzzy_sim"), offs, answer_columns,
                           "annotate: fuzzy canonicals")
-        fuzzy_canon = [dask.delayed(_item)(a, 0) for a in fuzzy_of]
+        fuzzy_canon = [delayed(_item)(a, 0) for a in fuzzy_of]
     else:
         fuzzy_of, fuzzy_canon = [None] * table.npartitions, exact_canon
     if semantic:
-        final = [dask.delayed(_item)(a, 0) for a in lookup(executor, fuzzy_canon, table.columns("semantic_canon"), offs,
-                                                          answer_columns, "annotate: semantic canonicals")]
+        final = [delayed(_item)(a, 0) for a in lookup(executor, fuzzy_canon, table.columns("semantic_canon"), offs,
+                                                      answer_columns, "annotate: semantic canonicals")]
     else:
         final = fuzzy_canon
     ids = table.columns("id")
     final_of = lookup(executor, final, ids, offs, _answer_count_and_ids, "annotate: cluster sizes")
-    group_ids = lookup(executor, [dask.delayed(_concat)(a, b) for a, b in zip(exact_canon, fuzzy_canon)], ids, offs,
+    group_ids = lookup(executor, [delayed(_concat)(a, b) for a, b in zip(exact_canon, fuzzy_canon)], ids, offs,
                        answer_columns, "annotate: group ids")
     return table.update(executor, _annotate_part, "annotate", fuzzy_canon, final, fuzzy_of, final_of, group_ids,
                         out=out, int_ids=table.int_ids, score_kind=score_kind, quality_limits=quality_limits)

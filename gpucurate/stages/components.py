@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import logging
 
-import dask
 import numpy as np
 import pandas as pd
 
 from ..engine.executor import Executor
 from ..engine.shuffle import to_owners
+from ..engine.tasks import delayed
 
 log = logging.getLogger("gpucurate")
 
@@ -127,7 +127,7 @@ def component_labels(edges, n_rows: int, executor: Executor, npartitions: int):
         requests = lowered.map_partitions(_ask, meta=_NODE_LABELS).set_index("label", divisions=divisions)
         jumped = dd.map_partitions(_answer, requests, lowered, meta=_NODE_LABELS)
         new = executor.persist(jumped.set_index("node", divisions=divisions), f"components: round {rounds}")
-        changed = sum(executor.compute([dask.delayed(_changed)(o, n) for o, n in
+        changed = sum(executor.compute([delayed(_changed)(o, n) for o, n in
                                         zip(labels.to_delayed(), new.to_delayed())], "components: compare"))
         labels = new
         log.info("components on Dask: round %d, %d label(s) changed", rounds, changed)

@@ -22,7 +22,6 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-import dask
 import numpy as np
 import orjson
 import pandas as pd
@@ -31,6 +30,7 @@ import pyarrow as pa
 from ..config import Benchmark, ContaminationConfig, NormalizeConfig, parse_benchmarks
 from ..errors import InputError
 from ..engine.executor import Executor
+from ..engine.tasks import delayed
 from ..kernels.gates import ngram_hashes, ngram_matches
 from ..kernels.hashing import padded_words
 from .normalize import arrow_buffers, normalize, reference_lower
@@ -223,12 +223,12 @@ class ContaminationGate:
         parts = ddf.to_delayed()
         common = np.empty(0, np.uint64)
         if cfg.max_doc_frequency is not None and parts:
-            counts = [dask.delayed(_ngram_document_counts)(p, index.table) for p in parts]
+            counts = [delayed(_ngram_document_counts)(p, index.table) for p in parts]
             while len(counts) > 1:  # a tree: no task holds more than two tables of the index's size
-                counts = [dask.delayed(_add_counts)(*counts[k:k + 2]) for k in range(0, len(counts), 2)]
+                counts = [delayed(_add_counts)(*counts[k:k + 2]) for k in range(0, len(counts), 2)]
             hashes, docs = executor.compute(counts, "contamination: n-gram document counts")[0]
             common = hashes[docs > cfg.max_doc_frequency]
-        found = executor.compute([dask.delayed(_partition_hits)(p, int(offs[q]), index, cfg, common)
+        found = executor.compute([delayed(_partition_hits)(p, int(offs[q]), index, cfg, common)
                                   for q, p in enumerate(parts)], "contamination: hits")
         hits = pd.concat([f["hits"] for f in found], ignore_index=True) if found else _no_hits()
         report = self._report(hits, ids_of)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import dask
 import numpy as np
 import pandas as pd
 
@@ -12,6 +11,7 @@ from ..engine.backend import Backend
 from ..config import Config
 from ..engine.executor import Executor
 from ..engine.shuffle import by_bucket, exchange, to_owners
+from ..engine.tasks import delayed
 from .table import DocParts, canonicals, own_rows_with, state_policy_key
 from .normalize import arrow_buffers
 from ..kernels.hashing import padded_words
@@ -80,7 +80,7 @@ class ExactDedup:
             n_buckets = max(1, -(-table.n // self.rows_per_bucket))
             pieces = exchange(executor, _by_hash, table.state_rows(), n_buckets, self.cfg.canonical.policy,
                               desc="exact: split")
-            groups = executor.persist_tasks([dask.delayed(_group_bucket)(p, table.part_offsets) for p in pieces],
+            groups = executor.persist_tasks([delayed(_group_bucket)(p, table.part_offsets) for p in pieces],
                                             "exact: group")
             table = table.update(executor, _with_canonicals, "exact: group", [[g[p] for g in groups]
                                                                               for p in range(n_parts)])

@@ -14,7 +14,6 @@ import logging
 import time
 from dataclasses import dataclass
 
-import dask
 import numpy as np
 import pandas as pd
 
@@ -26,6 +25,7 @@ from ..kernels.minhash import CHAR, WORD
 from ..kernels.pairs import index_of, pack_pairs
 from .sketches import FuzzyParams, Sketches, concat_csr, optimal_bands_rows, remove_hashes, signature_partition
 from ..engine.shuffle import by_bucket, exchange, to_owners
+from ..engine.tasks import delayed
 from .table import DocParts, DocTable, canonicals, own_rows_with, state_policy_key
 
 log = logging.getLogger("gpucurate")
@@ -86,7 +86,7 @@ class FuzzyDedup:
         params.threads = executor.threads_per_task(ddf.npartitions)
         offs = table.part_offsets
         masks = [participants[offs[p]:offs[p + 1]] for p in range(len(offs) - 1)]
-        tasks = [dask.delayed(signature_partition)(part, mask, params, self.backend)
+        tasks = [delayed(signature_partition)(part, mask, params, self.backend)
                  for part, mask in zip(ddf.to_delayed(), masks)]
         parts = executor.compute(tasks, "fuzzy: minhash")
         keys = np.concatenate([p[0] for p in parts]) if parts else np.empty((0, self.bands), np.uint64)
@@ -352,18 +352,18 @@ class FuzzyDedup:
         t0 = time.perf_counter()
         scored = executor.persist(sorted_edges(scored, divisions), "fuzzy: sort edges (dask)")
         edges = scored[scored["score"] >= self.cfg.threshold - 1e-12]
-        n_edges = int(sum(executor.compute([dask.delayed(len)(p) for p in edges.to_delayed()], "fuzzy: count edges")))
+        n_edges = int(sum(executor.compute([delayed(len)(p) for p in edges.to_delayed()], "fuzzy: count edges")))
         log.info("fuzzy: %d edges sorted on Dask in %.1f s", n_edges, time.perf_counter() - t0)
         labels = component_labels(edges, table.n, executor, len(divisions) - 1)
         # each step is kept before the next takes its pieces, so a task's graph holds its own inputs only
-        by_owner = executor.persist_tasks([dask.delayed(labels_by_owner)(part, offs) for part in labels.to_delayed()],
+        by_owner = executor.persist_tasks([delayed(labels_by_owner)(part, offs) for part in labels.to_delayed()],
                                           "fuzzy: labels")
         n_buckets = max(1, -(-2 * n_edges // self.members_per_bucket))
         labelled = table.update(executor, label_column, "fuzzy: labels",
                                 [[b[q] for b in by_owner] for q in range(n_parts)], name="fuzzy_component")
         pieces = exchange(executor, _members_by_label, labelled.state_rows(), n_buckets, self.policy,
                           desc="fuzzy: split")
-        groups = executor.persist_tasks([dask.delayed(_component_canonicals)(p, offs) for p in pieces],
+        groups = executor.persist_tasks([delayed(_component_canonicals)(p, offs) for p in pieces],
                                         "fuzzy: canonicals")
         table = table.update(executor, _with_canonicals, "fuzzy: canonicals", participants,
                              [[g[q] for g in groups] for q in range(n_parts)])

@@ -16,12 +16,12 @@ from __future__ import annotations
 import logging
 import time
 
-import dask
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from ..engine.executor import Executor
+from ..engine.tasks import delayed, to_dask
 from ..kernels.pairs import bucket_pairs, index_of
 from .sketches import FuzzyParams, signature_partition
 
@@ -156,13 +156,13 @@ def scored_pairs(sets, offsets: np.ndarray, pairs, jaccard_pairs):
     divisions = tuple(range(nparts + 1))  # value q -> partition q
     located = pairs.map_partitions(_with_parts, offsets, meta=_LOCATED_META)
     by_j = located.set_index("pj", divisions=divisions)
-    sent = dd.from_delayed([dask.delayed(_send_sets)(p, s, q) for q, (p, s) in
-                            enumerate(zip(by_j.to_delayed(), sets.to_delayed()))], meta=_SENT_META,
+    sent = dd.from_delayed(to_dask([delayed(_send_sets)(p, s, q) for q, (p, s) in
+                                    enumerate(zip(by_j.to_delayed(), sets.to_delayed()))]), meta=_SENT_META,
                            verify_meta=False)
     received = sent.set_index("pi", divisions=divisions)
     by_i = located.set_index("pi", divisions=divisions)
-    return dd.from_delayed([dask.delayed(_verify)(p, r, s, q, jaccard_pairs) for q, (p, r, s) in
-                            enumerate(zip(by_i.to_delayed(), received.to_delayed(), sets.to_delayed()))],
+    return dd.from_delayed(to_dask([delayed(_verify)(p, r, s, q, jaccard_pairs) for q, (p, r, s) in
+                                    enumerate(zip(by_i.to_delayed(), received.to_delayed(), sets.to_delayed()))]),
                            meta=SCORED_META, verify_meta=False)
 
 
@@ -176,10 +176,11 @@ def distributed_candidates(ddf, part_offsets: np.ndarray, participants: list, pa
     steps = {}
     t0 = time.perf_counter()
     offs = part_offsets
-    frames = [dask.delayed(sketch_frames, nout=2)(part, participants[p], int(offs[p]), params, backend)
+    frames = [delayed(sketch_frames, nout=2)(part, participants[p], int(offs[p]), params, backend)
               for p, part in enumerate(ddf.to_delayed())]
-    bands = dd.from_delayed([f[0] for f in frames], meta=BANDS_META, verify_meta=False)
-    sets = dd.from_delayed([f[1] for f in frames], meta=SETS_META, verify_meta=False)
+    converted: dict = {}  # one conversion for both frames: each partition is sketched once
+    bands = dd.from_delayed(to_dask([f[0] for f in frames], converted), meta=BANDS_META, verify_meta=False)
+    sets = dd.from_delayed(to_dask([f[1] for f in frames], converted), meta=SETS_META, verify_meta=False)
     sets = executor.persist(sets, "fuzzy: minhash")
     steps["minhash"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -188,7 +189,7 @@ def distributed_candidates(ddf, part_offsets: np.ndarray, participants: list, pa
         _bucket_pairs, cfg.max_bucket_size, cfg.bucket_anchors, meta=PAIRS_META)
     pairs = pairs.shuffle("pair", npartitions=nparts).map_partitions(_unique_pairs, meta=PAIR_ROWS_META)
     pairs = executor.persist(pairs, "fuzzy: candidate pairs (dask)")
-    n_pairs = int(sum(executor.compute([dask.delayed(len)(p) for p in pairs.to_delayed()], "fuzzy: count pairs")))
+    n_pairs = int(sum(executor.compute([delayed(len)(p) for p in pairs.to_delayed()], "fuzzy: count pairs")))
     steps["lsh"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     scored = executor.persist(scored_pairs(sets, offs, pairs, backend.pairs.jaccard_pairs),
@@ -209,7 +210,7 @@ class HostSets:
         """Per partition ``q``, a delayed frame ``(i, j, score)`` of the pairs in ``pairs[q]`` (a delayed
         frame ``(i, j)`` whose ``i`` are in partition ``q``)."""
         import dask.dataframe as dd
-        frames = dd.from_delayed(pairs, meta=PAIR_ROWS_META, verify_meta=False)
+        frames = dd.from_delayed(to_dask(pairs), meta=PAIR_ROWS_META, verify_meta=False)
         return scored_pairs(self.sets, table.part_offsets, frames, self.jaccard_pairs).to_delayed()
 
     def pair_scores(self, table, executor: Executor, pi: np.ndarray, pj: np.ndarray) -> np.ndarray:
@@ -249,8 +250,8 @@ def pair_scores(sets, offsets: np.ndarray, pi: np.ndarray, pj: np.ndarray, jacca
         return np.empty(0, np.float64)
     needed = np.unique(np.concatenate([pi, pj]).astype(np.int64))
     cuts = np.searchsorted(needed, offsets)
-    few = dd.from_delayed([dask.delayed(_select_rows)(part, needed[cuts[p]:cuts[p + 1]])
-                           for p, part in enumerate(sets.to_delayed())], meta=SETS_META, verify_meta=False)
+    few = dd.from_delayed(to_dask([delayed(_select_rows)(part, needed[cuts[p]:cuts[p + 1]])
+                                   for p, part in enumerate(sets.to_delayed())]), meta=SETS_META, verify_meta=False)
     frame = pd.DataFrame({"i": pi.astype(np.int64), "j": pj.astype(np.int64)})
     pairs = dd.from_pandas(frame, npartitions=max(1, min(few.npartitions, len(frame) // 100_000 + 1)))
     scored = pd.concat(executor.compute(scored_pairs(few, offsets, pairs, jaccard_pairs).to_delayed(),

@@ -22,7 +22,6 @@ import re
 import time
 from dataclasses import dataclass
 
-import dask
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -31,6 +30,7 @@ import pyarrow.compute as pc
 from ..config import NormalizeConfig, ParagraphsConfig
 from ..engine.executor import Executor
 from ..engine.shuffle import exchange
+from ..engine.tasks import delayed
 from ..kernels.gates import paragraph_spans
 from ..kernels.hashing import padded_words
 from ..kernels.minhash import text_hashes
@@ -117,18 +117,18 @@ class ParagraphDedup:
         cfg = self.cfg
         offs = table.part_offsets
         delayed_parts = ddf.to_delayed()
-        sizes = executor.compute([dask.delayed(_span_count)(p) for p in delayed_parts], "paragraphs: count spans")
+        sizes = executor.compute([delayed(_span_count)(p) for p in delayed_parts], "paragraphs: count spans")
         n_buckets = max(1, -(-int(sum(sizes)) // self.spans_per_bucket))
         kept = table.map(_kept)
         inputs = [(p, kept[q], int(offs[q])) for q, p in enumerate(delayed_parts)]
         by_hash = exchange(executor, _spans_by_hash, inputs, n_buckets, cfg.min_span_chars, desc="paragraphs: split")
-        buckets = [dask.delayed(_repeated_spans)(pieces, cfg.max_occurrences, cfg.keep) for pieces in by_hash]
+        buckets = [delayed(_repeated_spans)(pieces, cfg.max_occurrences, cfg.keep) for pieces in by_hash]
         to_cut = exchange(executor, _cuts_by_partition, [(b,) for b in buckets], len(delayed_parts), offs,
                           desc="paragraphs: repeated spans")
-        cuts = [dask.delayed(_partition_cuts)(p, pieces, int(offs[q]), cfg.min_doc_chars)
+        cuts = [delayed(_partition_cuts)(p, pieces, int(offs[q]), cfg.min_doc_chars)
                 for q, (p, pieces) in enumerate(zip(delayed_parts, to_cut))]
         table = table.update(executor, _apply_cuts, "paragraphs: repeated spans", cuts, apply=apply)
-        results = executor.compute(table.map(_cut_counts) + [dask.delayed(_bucket_counts)(b) for b in buckets],
+        results = executor.compute(table.map(_cut_counts) + [delayed(_bucket_counts)(b) for b in buckets],
                                    "paragraphs: count")
         per_part, counts = results[:len(delayed_parts)], results[len(delayed_parts):]
         chars_removed = sum(r["chars_removed"] for r in per_part)

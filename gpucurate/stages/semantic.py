@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import dask
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -49,6 +48,7 @@ from .encoder import Encoder, encoder_available
 from ..errors import ConfigError
 from ..engine.executor import Executor
 from ..engine.shuffle import answer_columns, by_bucket, exchange, lookup, owner_groups, to_owners
+from ..engine.tasks import delayed, to_dask
 from .table import DocParts, DocTable, id_array, own_rows_with, state_policy_key
 
 log = logging.getLogger("gpucurate")
@@ -244,8 +244,8 @@ def write_embeddings(result: SemanticResult, table, out_dir: Path, compression: 
     tasks = []
     for p, (part, state) in enumerate(zip(result.parts, table.states)):
         if result.part_sizes[p] or (p == len(result.parts) - 1 and not tasks):
-            tasks.append(dask.delayed(_write_embedding_part)(part, state, int(offs[p]),
-                                                             str(folder / f"part-{p:05d}.parquet"), meta, compression))
+            tasks.append(delayed(_write_embedding_part)(part, state, int(offs[p]),
+                                                        str(folder / f"part-{p:05d}.parquet"), meta, compression))
     executor.compute(tasks, "write embeddings")
     return len(tasks)
 
@@ -292,7 +292,7 @@ class SemanticDedup:
         t0 = time.perf_counter()
         parts = executor.persist_tasks(self._embed_tasks(ddf, table, participants, table.column("hash"), executor),
                                        "semantic: embed")
-        counts = executor.compute([dask.delayed(_counts)(p) for p in parts], "semantic: count")
+        counts = executor.compute([delayed(_counts)(p) for p in parts], "semantic: count")
         stats, model = self._embed_stats(counts)
         steps["embed"] = time.perf_counter() - t0
         stats["embeddings_per_s"] = round(stats["embeddings_computed"] / steps["embed"], 1) \
@@ -310,49 +310,49 @@ class SemanticDedup:
         steps["kmeans"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        assigned = executor.persist_tasks([dask.delayed(_assign)(p, centroids, cfg.probes, self.device, kernels.assign)
+        assigned = executor.persist_tasks([delayed(_assign)(p, centroids, cfg.probes, self.device, kernels.assign)
                                            for p in parts], "semantic: assign")
         table = table.update(executor, _assigned_columns, "semantic: clusters", assigned)
         n_buckets = max(1, math.ceil(m / self.points_per_bucket))
         pieces = exchange(executor, _split_by_bucket, list(zip(parts, assigned)), n_buckets, desc="semantic: split")
-        found = executor.persist_tasks([dask.delayed(_search_bucket)(pieces[b], b, n_buckets, n_clusters,
-                                                                     cfg.threshold, self.device,
-                                                                     kernels.search_clusters)
+        found = executor.persist_tasks([delayed(_search_bucket)(pieces[b], b, n_buckets, n_clusters,
+                                                                cfg.threshold, self.device,
+                                                                kernels.search_clusters)
                                         for b in range(n_buckets)] if m else [], "semantic: within-cluster search")
         # each pair once, in the group of partitions holding its smaller row, sorted by (row_a, row_b)
         groups = owner_groups(n_parts)
-        split = executor.persist_tasks([dask.delayed(_pairs_by_group)(f, offs[groups]) for f in found],
+        split = executor.persist_tasks([delayed(_pairs_by_group)(f, offs[groups]) for f in found],
                                        "semantic: pairs")
-        edges = executor.persist_tasks([dask.delayed(_first_found)([s[g] for s in split], kernels.first_found)
+        edges = executor.persist_tasks([delayed(_first_found)([s[g] for s in split], kernels.first_found)
                                         for g in range(len(groups) - 1)], "semantic: pairs")
-        totals = executor.compute([dask.delayed(_edge_count)(e) for e in edges]
-                                  + [dask.delayed(_compared)(f) for f in found]
-                                  + [dask.delayed(_cluster_sizes)(a, n_clusters) for a in assigned], "semantic: count")
+        totals = executor.compute([delayed(_edge_count)(e) for e in edges]
+                                  + [delayed(_compared)(f) for f in found]
+                                  + [delayed(_cluster_sizes)(a, n_clusters) for a in assigned], "semantic: count")
         n_edges = int(sum(totals[:len(edges)]))
         compared = int(sum(totals[len(edges):len(edges) + len(found)]))
         cluster_sizes = sum(totals[len(edges) + len(found):], np.zeros(n_clusters, np.int64))
 
         # the keep rule per bucket of connected components of the pairs
         import dask.dataframe as dd
-        frame = dd.from_delayed([dask.delayed(_edge_frame)(e) for e in edges] or [dask.delayed(_edge_frame)(None)],
+        frame = dd.from_delayed(to_dask([delayed(_edge_frame)(e) for e in edges] or [delayed(_edge_frame)(None)]),
                                 meta=_EDGE_META, verify_meta=False)
         labels = component_labels(frame, table.n, executor, max(1, len(edges)))
-        by_owner = executor.persist_tasks([dask.delayed(labels_by_owner)(part, offs) for part in labels.to_delayed()],
+        by_owner = executor.persist_tasks([delayed(labels_by_owner)(part, offs) for part in labels.to_delayed()],
                                           "semantic: components")
         table = table.update(executor, label_column, "semantic: components",
                              [[b[q] for b in by_owner] for q in range(n_parts)], name="semantic_component")
-        edge_labels = lookup(executor, [dask.delayed(_edge_rows)(e) for e in edges],
+        edge_labels = lookup(executor, [delayed(_edge_rows)(e) for e in edges],
                              table.columns("semantic_component"), offs, answer_columns, "semantic: components")
         n_buckets_keep = max(1, -(-(2 * n_edges) // self.members_per_bucket))
         nodes = exchange(executor, _nodes_by_component, table.state_rows(), n_buckets_keep, cfg.keep, self.policy,
                          desc="semantic: split")
         pairs = exchange(executor, _pairs_by_component, list(zip(edges, edge_labels)), n_buckets_keep,
                          desc="semantic: split")
-        kept = executor.persist_tasks([dask.delayed(_keep_bucket)(nodes[b], pairs[b], offs, kernels.greedy_keep)
+        kept = executor.persist_tasks([delayed(_keep_bucket)(nodes[b], pairs[b], offs, kernels.greedy_keep)
                                        for b in range(n_buckets_keep)], "semantic: keep rule")
         table = table.update(executor, _kept_columns, "semantic: canonicals",
                              [[k[q] for k in kept] for q in range(n_parts)])
-        duplicates = int(sum(executor.compute([dask.delayed(_duplicates)(k) for k in kept], "semantic: count")))
+        duplicates = int(sum(executor.compute([delayed(_duplicates)(k) for k in kept], "semantic: count")))
         steps["within_cluster"] = time.perf_counter() - t0
 
         stats = dict(stats, clusters=int(n_clusters), probes=int(min(cfg.probes, len(centroids))),
@@ -380,8 +380,8 @@ class SemanticDedup:
     def _embed_tasks(self, ddf, table, participants: list, hashes: list, executor: Executor):
         offs = table.part_offsets
         threads = executor.threads_per_task(ddf.npartitions)  # batches a task runs at once
-        return [dask.delayed(embed_partition)(part, participants[p], int(offs[p]), hashes[p], self.cfg, self.device,
-                                              threads)
+        return [delayed(embed_partition)(part, participants[p], int(offs[p]), hashes[p], self.cfg, self.device,
+                                         threads)
                 for p, part in enumerate(ddf.to_delayed())]
 
     def _embed_stats(self, counts: list) -> tuple[dict, dict]:
@@ -408,7 +408,7 @@ class SemanticDedup:
         positions = self.backend.semantic.sample_positions(int(sizes.sum()), self.cfg.kmeans_sample, self.cfg.seed)
         starts = np.concatenate([[0], np.cumsum(sizes)])
         cuts = np.searchsorted(positions, starts)
-        tasks = [dask.delayed(_take_vectors)(part, positions[cuts[p]:cuts[p + 1]] - starts[p])
+        tasks = [delayed(_take_vectors)(part, positions[cuts[p]:cuts[p + 1]] - starts[p])
                  for p, part in enumerate(parts) if cuts[p + 1] > cuts[p]]
         got = executor.compute(tasks, "semantic: k-means sample")
         return np.concatenate(got) if got else np.zeros((0, 1), np.float32)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import dask
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -19,6 +18,7 @@ import pyarrow as pa
 from ..errors import InputError
 from ..engine.executor import Executor
 from ..engine.shuffle import by_bucket, exchange, to_owners
+from ..engine.tasks import delayed
 
 
 def _table_part(df: pd.DataFrame) -> tuple:
@@ -47,7 +47,7 @@ class DocTable:
 
     @classmethod
     def collect(cls, ddf, executor: Executor, on_duplicate_id: str = "error", describe=None) -> "DocTable":
-        parts = executor.compute([dask.delayed(_table_part)(p) for p in ddf.to_delayed()], "collect ids")
+        parts = executor.compute([delayed(_table_part)(p) for p in ddf.to_delayed()], "collect ids")
         sizes = np.array([len(p[0]) for p in parts], dtype=np.int64)
         offsets = np.zeros(len(parts) + 1, dtype=np.int64)
         np.cumsum(sizes, out=offsets[1:])
@@ -196,7 +196,7 @@ class DocParts:
 
     def without(self, executor: Executor, desc: str, *names: str) -> "DocParts":
         """A table whose states lack the columns ``names`` (their memory, e.g. device sketches, is freed)."""
-        return self.with_states(executor.persist_tasks([dask.delayed(_without)(s, names) for s in self.states], desc))
+        return self.with_states(executor.persist_tasks([delayed(_without)(s, names) for s in self.states], desc))
 
     def with_states(self, states: list) -> "DocParts":
         return DocParts(states, self.part_offsets, self.int_ids, self.skipped, self.replaced_utf8, self.renamed_ids,
@@ -204,16 +204,16 @@ class DocParts:
 
     def map(self, fn, *per_part, **kwargs) -> list:
         """Delayed ``fn(states[p], first_row, *(x[p] for x in per_part), **kwargs)`` for every partition."""
-        return [dask.delayed(fn)(s, first, *(x[p] for x in per_part), **kwargs)
+        return [delayed(fn)(s, first, *(x[p] for x in per_part), **kwargs)
                 for p, (s, first) in enumerate(self.state_rows())]
 
     def columns(self, *names: str) -> list:
         """Delayed per-partition tuples of the named columns (what a row lookup's owners hold)."""
-        return [dask.delayed(_get_many)(s, names) for s in self.states]
+        return [delayed(_get_many)(s, names) for s in self.states]
 
     def column(self, name: str) -> list:
         """Delayed per-partition arrays of one column."""
-        return [dask.delayed(_get)(s, name) for s in self.states]
+        return [delayed(_get)(s, name) for s in self.states]
 
     def gather(self, executor: Executor, name: str) -> np.ndarray:
         """One column of the whole table in this process: for the steps that still work on arrays here."""
@@ -233,8 +233,8 @@ class DocParts:
     def collect(cls, ddf, executor: Executor, on_duplicate_id: str = "error", describe=None) -> "DocParts":
         """The table of a read (narrow, ``io.reader.NARROW_META``) Dask DataFrame: ids of one type for the
         run, checked unique by an exchange on the id."""
-        states = executor.persist_tasks([dask.delayed(_state_of)(p) for p in ddf.to_delayed()], "collect ids")
-        meta = executor.compute([dask.delayed(_state_meta)(s) for s in states], "check order")
+        states = executor.persist_tasks([delayed(_state_of)(p) for p in ddf.to_delayed()], "collect ids")
+        meta = executor.compute([delayed(_state_meta)(s) for s in states], "check order")
         sizes = np.array([m["rows"] for m in meta], dtype=np.int64)
         offsets = np.zeros(len(meta) + 1, dtype=np.int64)
         np.cumsum(sizes, out=offsets[1:])
@@ -257,7 +257,7 @@ class DocParts:
         string). This process holds the repeats only."""
         n_buckets = max(1, -(-self.n // self.ids_per_bucket))
         inputs = self.state_rows()
-        found = executor.compute([dask.delayed(_repeated_ids)(pieces) for pieces in
+        found = executor.compute([delayed(_repeated_ids)(pieces) for pieces in
                                   exchange(executor, _ids_by_hash, inputs, n_buckets, desc="check ids")], "check ids")
         rows, firsts, repeat, ids = (np.concatenate([f[k] for f in found]) for k in range(4))
         if not len(rows):
@@ -298,7 +298,7 @@ class DocParts:
             if not unknown:
                 return np.array(names, dtype=object)
             asked = frozenset(unknown)
-            hits = executor.compute([dask.delayed(_ids_among)(s, asked) for s in self.states], "check new ids")
+            hits = executor.compute([delayed(_ids_among)(s, asked) for s in self.states], "check new ids")
             found = set().union(*hits) if hits else set()
             exists.update({name: name in found for name in unknown})
 
@@ -310,8 +310,8 @@ class DocParts:
         order = np.argsort(owner.astype(np.int16 if self.npartitions < 1 << 15 else np.int64), kind="stable")
         cuts = np.searchsorted(owner[order], np.arange(self.npartitions + 1))
         owners = [q for q in range(self.npartitions) if cuts[q + 1] > cuts[q]]
-        got = executor.compute([dask.delayed(_take)(self.states[q], name, rows[order[cuts[q]:cuts[q + 1]]]
-                                                    - self.part_offsets[q]) for q in owners], f"look up {name}")
+        got = executor.compute([delayed(_take)(self.states[q], name, rows[order[cuts[q]:cuts[q + 1]]]
+                                               - self.part_offsets[q]) for q in owners], f"look up {name}")
         if not got:
             return np.empty(0, object if name == "id" else np.int64)
         values = np.concatenate(got)

@@ -579,16 +579,16 @@ def _commit(state: State, batch: Batch, summary: dict, cfg: Config, timer) -> No
 
 def _write_output(batch: Batch, output: Path, executor: Executor) -> None:
     """The batch's annotated records, aliases and summary, staged and put in place complete (as ``run``)."""
-    import dask
+    from ..engine.tasks import delayed
     from ..io.writer import StagedOutput, write_json, write_partition, write_table
     with StagedOutput(output, batch.cfg.output.overwrite, "ingest") as staged:
         out = staged.path
         table = batch.prep.table
         offs = table.part_offsets
         rows = batch.union.batch_rows
-        tasks = [dask.delayed(write_partition)(spec, batch.cfg,
-                                               batch.annotations.take(pa.array(rows[offs[p]:offs[p + 1]])),
-                                               table.ords[offs[p]:offs[p + 1]], str(out))
+        tasks = [delayed(write_partition)(spec, batch.cfg,
+                                          batch.annotations.take(pa.array(rows[offs[p]:offs[p + 1]])),
+                                          table.ords[offs[p]:offs[p + 1]], str(out))
                  for p, spec in enumerate(batch.specs)]
         executor.compute(tasks, "write")
         write_table(alias_table(batch.annotations.take(pa.array(rows))), out / "aliases.parquet", batch.cfg)

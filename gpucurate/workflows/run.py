@@ -14,7 +14,6 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import dask
 import numpy as np
 
 from .._version import __version__
@@ -57,7 +56,7 @@ def _versions() -> dict:
     import pyarrow
     return {"gpucurate": __version__, "python": platform.python_version(), "numpy": np.__version__,
             "numba": numba.__version__, "pandas": pandas.__version__, "pyarrow": pyarrow.__version__,
-            "dask": dask.__version__, **_optional_versions("torch", "transformers", "sklearn")}
+            **_optional_versions("dask", "distributed", "torch", "transformers", "sklearn")}
 
 
 def _optional_versions(*modules) -> dict:
