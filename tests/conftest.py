@@ -9,6 +9,9 @@ import pytest
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 os.environ.setdefault("NUMBA_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".numba_cache"))
+# The tests run the kernels through numba and build nothing ahead of time into the user's cache;
+# tests/test_aot.py turns the builds on, into a folder of its own.
+os.environ["GPUCURATE_AOT"] = "0"
 # The CUDA kernels run in numba's CUDA simulator unless GPUCURATE_REAL_GPU=1 (benchmarks/gpu_check.py sets
 # it on a GPU machine). Set before numba is imported; CPU kernels are not affected.
 if os.environ.get("GPUCURATE_REAL_GPU") != "1":

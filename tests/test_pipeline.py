@@ -146,7 +146,7 @@ def test_a_local_run_imports_no_cluster_plotting_or_gpu_library(tmp_path, demo_f
     """The fixed cost of a small run: a run on local threads loads neither Dask nor distributed, fsspec (for
     local files), tqdm (without progress bars), matplotlib, CuPy / numba.cuda (on a machine without a CUDA
     driver), torch, scikit-learn or scipy.linalg (which numba's first dispatch would import to look for BLAS:
-    ``kernels._numba_numpy_without_blas``)."""
+    ``kernels.numba_without_blas``)."""
     import subprocess
     import sys
     src = write_jsonl(tmp_path / "d.jsonl", _records(demo_frame)[:50])

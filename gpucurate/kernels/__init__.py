@@ -1,10 +1,11 @@
 """Compiled kernels. ``hashing`` holds the scalar hash functions shared by every backend;
-the array kernels in ``minhash`` and ``pairs`` run on the CPU (numba) over Arrow string buffers."""
+the array kernels in ``minhash`` and ``pairs`` run on the CPU (numba, or their ahead-of-time build:
+``jit``, ``aot``) over Arrow string buffers."""
 
 import sys
 
 
-def _numba_numpy_without_blas() -> None:
+def numba_without_blas() -> None:
     """Load numba's NumPy implementations without importing scipy.linalg (0.17 s of every run's start):
     numba imports it only to route ``np.dot`` to BLAS, which no kernel here uses. Left alone when
     either is loaded already."""
@@ -16,5 +17,3 @@ def _numba_numpy_without_blas() -> None:
     finally:
         del sys.modules["scipy.linalg.cython_blas"]
 
-
-_numba_numpy_without_blas()

@@ -139,7 +139,7 @@ def ngram_matches(offsets, data, words, lengths, table):
     return doc[:k], where[:k], span_s[:k], span_e[:k]
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, aot=("u1[:], i8, i8",))
 def _is_space(data, i, end):
     """Width of the whitespace character at ``i`` (ASCII whitespace or U+00A0), else 0."""
     c = data[i]
@@ -150,7 +150,7 @@ def _is_space(data, i, end):
     return 0
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, aot=("u8[:], i4[:], i8, i8, i8, u8[:]",))
 def _top_ngram_fraction(wh, wlen, nw, n, total_chars, buf):
     """Fraction of word characters covered by the most frequent word n-gram (0 if none repeats)."""
     if nw < n or total_chars == 0:
@@ -181,7 +181,7 @@ def _top_ngram_fraction(wh, wlen, nw, n, total_chars, buf):
     return min(1.0, best_count * chars / total_chars)
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, aot=("i8[:], u1[:], u8[:]",))
 def quality_stats(offsets, data, words):
     """``float64[n, len(QUALITY_STATS)]`` statistics of each raw text.
 

@@ -110,7 +110,7 @@ def padded_words(data: np.ndarray) -> np.ndarray:
     return words
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, aot=("u8, i8",))
 def splitmix64_stream(seed, n):
     out = np.empty(n, dtype=np.uint64)
     state = U64(seed)

@@ -23,7 +23,7 @@ WORD, CHAR = 0, 1
 EMPTY_SIG = np.uint32(0xFFFFFFFF)
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, aot=("i8[:], u8[:]",))
 def text_hashes(offsets, words):
     """``uint64[n]`` hash of each text's bytes (the exact-dedup key)."""
     n = offsets.shape[0] - 1
@@ -83,7 +83,7 @@ def _minhash_into(hashes, perm_a, perm_b, sig):
                 sig[i] = v
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, aot=("i8[:], u8[:], i8[:], i8[:], i8, i8, u8, u8[:], u8[:], i8[:], u4[:,:]",))
 def shingle_minhash(offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_b, counts, sigs):
     """MinHash signatures and distinct shingle hashes of every text.
 
@@ -158,7 +158,7 @@ def shingle_minhash(offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_
     return uniq_counts, values[:base]
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, aot=("i8[:], u1[:], i8[:]",))
 def gather_texts(offsets, data, rows):
     """The texts ``rows`` (int64[k]) of Arrow string buffers packed together: ``(offsets int64[k + 1],
     their bytes as hashing.padded_words)``."""
@@ -251,7 +251,7 @@ def set_signatures(offsets: np.ndarray, values: np.ndarray, perm_a: np.ndarray, 
     return np.concatenate(parts) if parts else np.empty((0, len(perm_a)), np.uint32)
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, aot=("u4[:,:], i8, i8, u8",))
 def band_keys(sigs, bands, rows, seed):
     """``uint64[n, bands]`` LSH bucket key of each band of each signature."""
     n = sigs.shape[0]

@@ -86,7 +86,7 @@ def bucket_pairs(keys, docs, max_bucket, anchors):
 _SPREAD = U64(0x9E3779B97F4A7C15)
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, aot=("i8, i8",))
 def _radix_bits(count, per_bin):
     """Bits of a radix split of ``count`` entries into bins of about ``per_bin`` (at least 1 bit)."""
     bits = 1
@@ -95,7 +95,7 @@ def _radix_bits(count, per_bin):
     return bits
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, aot=("u8[:], i8, i8",))
 def split_by_key(flat, bands, bits):
     """Band entries ``(key, document)`` of ``flat`` (``uint64[n * bands]``, row-major ``[n, bands]``)
     bucketed by the top ``bits`` bits of their spread key: ``(keys uint64[m], docs int64[m], start
@@ -124,7 +124,7 @@ def split_by_key(flat, bands, bits):
     return keys, docs, start
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, aot=("u8[:], i8[:], i8[:], i8, i8, i8, i8, i8",))
 def bin_pairs(keys, docs, start, bits, bin_lo, bin_hi, max_bucket, anchors):
     """``bucket_pairs`` of the bins ``bin_lo..bin_hi-1`` of ``split_by_key``, sorted and without repeats
     (``uint64[p]``, ``i << 32 | j``).
@@ -195,7 +195,7 @@ def _sorted_distinct(packed):
     return packed[:w]
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, aot=("u8[:], u8[:]",))
 def _merge_distinct(a, b):
     """The distinct values of two sorted, distinct ``uint64`` arrays, sorted."""
     out = np.empty(a.shape[0] + b.shape[0], np.uint64)
@@ -259,7 +259,7 @@ def _table_size(count):
     return size
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, aot=("i8[:], u8[:], i8[:], i8[:]",))
 def jaccard_pairs(offsets, values, pi, pj):
     """Exact Jaccard ``|A & B| / |A | B|`` of each pair; float64[p]. Pairs sorted by ``pi`` reuse the
     hash table built for ``A``. Empty sets give 0."""
@@ -326,7 +326,7 @@ def _find(parent, x):
     return x
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, aot=("i8, i8[:], i8[:]",))
 def components(n, pi, pj):
     """Connected components of the graph with edges ``(pi[t], pj[t])``: int64[n] label of each node,
     the smallest node index of its component (so labels do not depend on edge order)."""

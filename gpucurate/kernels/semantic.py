@@ -189,7 +189,7 @@ def later_pairs(x: np.ndarray, start: int, threshold: float, device: str = "cpu"
     return a[order].astype(np.int64), b[order].astype(np.int64), score[order]
 
 
-@njit(cache=True)
+@njit(cache=True, aot=("i8, i8[:], i8[:], f4[:]",))
 def greedy_keep(n, ei, ej, es):
     """SemDeDup keep rule over points numbered in keep-priority order.
 

@@ -20,7 +20,7 @@ def collapse_whitespace(offsets, data):
     return collapse_mixed(np.zeros(n + 1, np.int64), data[:0], np.zeros(n, np.bool_), False, offsets, data)
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, aot=("i8[:], u1[:]",))
 def ascii_texts(offsets, data):
     """bool[n]: text ``d`` is pure ASCII (then NFKC leaves it as it is and lowercase is A-Z -> a-z)."""
     n = offsets.shape[0] - 1
@@ -33,7 +33,7 @@ def ascii_texts(offsets, data):
     return out
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, aot=("i8[:], u1[:], b1[:], b1, i8[:], u1[:]",))
 def collapse_mixed(offsets, data, ascii, lower_ascii, other_offsets, other_data):
     """``collapse_whitespace`` of texts from two sources, in one pass: text ``d`` is
     ``data[offsets[d]:offsets[d + 1]]`` when ``ascii[d]`` (pure ASCII, lowercased A-Z -> a-z when
@@ -133,7 +133,7 @@ def _has_nonblank(data, starts, ends):
     return out
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, aot=("u1[:]",))
 def find_final_sigma(data):
     """Byte offset of the first U+03C2 GREEK SMALL LETTER FINAL SIGMA (UTF-8 ``CF 82``) in ``data``
     (uint8), or -1. ``CF`` is always a lead byte, so ``CF 82`` is that character wherever it occurs."""
@@ -151,7 +151,7 @@ def fold_final_sigma(data, start):
             data[i + 1] = 0x83
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, aot=("i8[:], u1[:]",))
 def word_and_char_counts(offsets, data):
     """Words (single-space separated, as normalized text is) and code points of each text, in one pass
     over the bytes. Returns ``(words int64[n], chars int64[n])``; both 0 for an empty text."""

@@ -51,12 +51,11 @@ class Timer:
 
 
 def _versions() -> dict:
-    import numba
     import pandas
     import pyarrow
     return {"gpucurate": __version__, "python": platform.python_version(), "numpy": np.__version__,
-            "numba": numba.__version__, "pandas": pandas.__version__, "pyarrow": pyarrow.__version__,
-            **_optional_versions("dask", "distributed", "torch", "transformers", "sklearn")}
+            "pandas": pandas.__version__, "pyarrow": pyarrow.__version__,
+            **_optional_versions("numba", "dask", "distributed", "torch", "transformers", "sklearn")}
 
 
 def _optional_versions(*modules) -> dict:
@@ -370,14 +369,15 @@ def _locator(specs):
 
 
 def _jit_compiled() -> bool:
-    """Whether this process compiled any kernel instead of loading it from numba's cache."""
-    from numba.core.registry import CPUDispatcher
-    from ..kernels import minhash, pairs, semantic, text
-    for module in (minhash, pairs, semantic, text):
-        for obj in vars(module).values():
-            if isinstance(obj, CPUDispatcher) and obj._cache is not None and sum(obj.stats.cache_misses.values()):
-                return True
-    return False
+    """Whether this process compiled any kernel instead of loading it from numba's cache or the AOT build."""
+    from ..kernels.jit import compiled_any
+    return compiled_any()
+
+
+def _aot_kernels() -> int:
+    """Kernels in the ahead-of-time build this process loaded (``kernels.aot``; 0: numba served all)."""
+    from ..kernels.aot import loaded_kernels
+    return loaded_kernels()
 
 
 def stage_counts(cfg: Config, result: DedupResult, files: int, partitions: int) -> dict:
@@ -446,6 +446,7 @@ def _summary(cfg, inputs, specs, report, result: DedupResult, timer, wall, backe
         "timings_s": timer.times,
         "wall_time_s": round(wall, 4),
         "jit_compiled": _jit_compiled(),
+        "aot_kernels": _aot_kernels(),
         "docs_per_s": round(n / wall, 1) if wall > 0 else None,
         "mb_per_s": round(text_bytes / 1e6 / wall, 2) if wall > 0 else None,
         "cores": cores,
