@@ -9,7 +9,7 @@ types that module lacks (or with no module built) goes to numba as before.
 ``numba.core.caching.Cache.load_overload`` refreshes the target context before it loads a kernel: that
 imports and installs every typing and lowering registry of numba (0.1-0.15 s in each process, most of
 the first call's cost). Loading machine code needs none of it, only numba's runtime (NRT), which the code
-links to; ``_KernelCache`` loads without it. A cache miss still compiles through numba's compiler.
+links to; ``_kernel_cache_class`` loads without it. A cache miss still compiles through numba's compiler.
 """
 
 from __future__ import annotations
@@ -96,19 +96,27 @@ def _materialize() -> None:
         from . import numba_without_blas
         numba_without_blas()
         from numba import njit as numba_njit
+        made = {}
         for kernel in pending:
             dispatcher = numba_njit(**kernel.options)(kernel.py_func)
             if kernel.options.get("cache") and _kernel_cache_class() is not None:
                 dispatcher._cache = _kernel_cache_class()(dispatcher.py_func)
-            kernel._dispatcher = dispatcher
+            made[id(kernel)] = dispatcher
+
+        def numba_of(obj: Kernel):
+            return made[id(obj)] if id(obj) in made else obj.dispatcher
+
         for kernel in pending:
             names = kernel.py_func.__globals__
             for name, obj in list(names.items()):
                 if isinstance(obj, Kernel):
-                    names[name] = obj.dispatcher
+                    names[name] = numba_of(obj)
             for cell in kernel.py_func.__closure__ or ():
                 if isinstance(cell.cell_contents, Kernel):
-                    cell.cell_contents = cell.cell_contents.dispatcher
+                    cell.cell_contents = numba_of(cell.cell_contents)
+        # published last: another thread that finds a dispatcher may compile it, which needs the globals above
+        for kernel in pending:
+            kernel._dispatcher = made[id(kernel)]
 
 
 def kernels() -> list["Kernel"]:
