@@ -71,14 +71,14 @@ def _task_children(task: Task) -> list:
     return out
 
 
-def _substitute(obj, results: dict):
-    """``obj`` with every task replaced by its result (``results`` by task id)."""
+def _map_tasks(obj, fn):
+    """``obj`` (an argument) with every task in it replaced by ``fn(task)``, containers rebuilt."""
     if isinstance(obj, Task):
-        return results[id(obj)]
+        return fn(obj)
     if isinstance(obj, _CONTAINERS):
         if isinstance(obj, dict):
-            return {k: _substitute(v, results) for k, v in obj.items()}
-        items = [_substitute(v, results) for v in obj]
+            return {k: _map_tasks(v, fn) for k, v in obj.items()}
+        items = [_map_tasks(v, fn) for v in obj]
         return items if isinstance(obj, list) else tuple(items)
     return obj
 
@@ -102,23 +102,19 @@ def to_dask(obj, memo: dict | None = None):
     several others stays one Dask task (``memo``: converted tasks by id, for one graph)."""
     import dask
     memo = {} if memo is None else memo
-    if isinstance(obj, Task):
-        got = memo.get(id(obj))
+
+    def convert(task: Task):
+        got = memo.get(id(task))
         if got is None:
-            if obj.fn is None:
-                got = dask.delayed(obj.args[0], pure=False)
+            if task.fn is None:
+                got = dask.delayed(task.args[0], pure=False)
             else:
-                got = dask.delayed(obj.fn, pure=False, nout=obj.nout)(*to_dask(obj.args, memo),
-                                                                       **to_dask(obj.kwargs, memo))
-            memo[id(obj)] = (got, obj)  # the task is kept alive while its id is a key
+                got = dask.delayed(task.fn, pure=False, nout=task.nout)(*_map_tasks(task.args, convert),
+                                                                        **_map_tasks(task.kwargs, convert))
+            memo[id(task)] = (got, task)  # the task is kept alive while its id is a key
             return got
         return got[0]
-    if isinstance(obj, _CONTAINERS):
-        if isinstance(obj, dict):
-            return {k: to_dask(v, memo) for k, v in obj.items()}
-        items = [to_dask(v, memo) for v in obj]
-        return items if isinstance(obj, list) else tuple(items)
-    return obj
+    return _map_tasks(obj, convert)
 
 
 def compute(tasks: list, threads: int, progress=None) -> list:
@@ -188,7 +184,10 @@ class _Graph:
 
     def call(self, key):
         task = self.by_id[key]
-        return task.fn(*_substitute(task.args, self.results), **_substitute(task.kwargs, self.results))
+        return task.fn(*_map_tasks(task.args, self.result_of), **_map_tasks(task.kwargs, self.result_of))
+
+    def result_of(self, task: Task):
+        return self.results[id(task)]
 
     def finish(self, key, result, bar) -> None:
         self.results[key] = result

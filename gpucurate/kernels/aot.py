@@ -3,10 +3,10 @@
 After a command whose kernels went through numba, ``refresh`` builds every signature the process used,
 plus those of the previous build, into ``gpucurate_kernels`` with numba's ``pycc`` and a C compiler
 (once per new set of signatures: 10-60 s; a failed build is not retried for the same sources, see
-``<build>.failed``). Later processes load it in under a
-millisecond and call it when a call's argument types match a built signature exactly: C-contiguous,
-aligned arrays of the built dtype, rank and writeability, and scalars of the built type. Anything else goes
-to numba (pycc's functions do not check their arguments: a wrong type would crash the process).
+``<build>.failed``). Later processes load it in under a millisecond and call it when a call's argument
+types match a built signature exactly: C-contiguous, aligned arrays of the built dtype, rank and
+writeability, and scalars of the built type. Anything else goes to numba (pycc's functions do not check
+their arguments: a wrong type would crash the process).
 
 The build lives under ``$GPUCURATE_CACHE_DIR`` (default ``$XDG_CACHE_HOME/gpucurate`` or
 ``~/.cache/gpucurate``), in a folder named by a hash of the kernels' source files, the Python and NumPy
@@ -16,6 +16,7 @@ place by a rename, complete. ``GPUCURATE_AOT=0`` turns loading and building off.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.machinery
@@ -59,7 +60,9 @@ def build_dir() -> Path:
     return Path(base) / "aot" / _build_name()
 
 
+@functools.lru_cache(maxsize=None)
 def _build_name() -> str:
+    """The hash that names the build (the sources and the machine do not change while a process runs)."""
     package = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
     for rel in SOURCES:
@@ -191,7 +194,9 @@ def refresh(kernels) -> Path | None:
     if not used:
         return None
     built = _load()
-    for module in _KERNEL_MODULES:  # their declared signatures go into every build
+    # the modules whose kernels declare signatures, and those of the previous build's kernels (which the
+    # new build keeps), so that every kernel is defined here
+    for module in set(_KERNEL_MODULES) | {name.rsplit(".", 1)[0] for name in built}:
         importlib.import_module(module)
     wanted: dict = {k.name: {keys for keys, _ in built.get(k.name, [])} | set(k.aot_signatures)
                     for k in kernels() if k.options.get("cache")}
@@ -213,11 +218,9 @@ def refresh(kernels) -> Path | None:
 
 
 def build(wanted: dict, kernels) -> Path | None:
-    """Build ``wanted`` (kernel name -> set of argument-key tuples) into ``build_dir()``; ``kernels()``
-    as for ``refresh``."""
+    """Build ``wanted`` (kernel name -> set of argument-key tuples; their modules imported) into
+    ``build_dir()``; ``kernels()`` as for ``refresh``."""
     from numba.pycc import CC
-    for name in wanted:  # kernels of the previous build whose module this process did not import
-        importlib.import_module(name.rsplit(".", 1)[0])
     by_name = {k.name: k for k in kernels()}
     folder = build_dir()
     n = sum(len(v) for v in wanted.values())
