@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -112,3 +113,98 @@ def test_a_damaged_build_is_ignored(tmp_path, caplog):
     (tmp_path / aot.MANIFEST).write_text(json.dumps({"file": "gpucurate_kernels.so", "kernels": {}}))
     assert aot._read_build(tmp_path) == {}
     assert "not loaded" in caplog.text
+
+
+def test_export_names_say_the_kernel_and_signature(built):
+    """A module put in place by a concurrent build after the manifest was read cannot map a name to another
+    kernel: every export's name is derived from its kernel and signature."""
+    root, _ = built
+    (manifest,) = (root / "cache" / "aot").glob("*/manifest.json")
+    entries = [(name, export, tuple(tuple(k) for k in keys))
+               for name, rows in json.loads(manifest.read_text())["kernels"].items() for export, keys in rows]
+    assert len({export for _, export, _ in entries}) == len(entries) >= 19
+    for name, export, keys in entries:
+        assert export == aot._export_name(name, keys)
+
+
+def test_a_manifest_naming_what_the_module_lacks_is_ignored(built, tmp_path, caplog):
+    root, _ = built
+    (folder,) = [p.parent for p in (root / "cache" / "aot").glob("*/manifest.json")]
+    manifest = json.loads((folder / aot.MANIFEST).read_text())
+    shutil.copy(folder / manifest["file"], tmp_path / manifest["file"])
+    manifest["kernels"]["gpucurate.kernels.minhash.text_hashes"][0][0] = aot._export_name("other", ())
+    (tmp_path / aot.MANIFEST).write_text(json.dumps(manifest))
+    assert aot._read_build(tmp_path) == {}
+    assert "not loaded" in caplog.text
+
+
+def _age(path, seconds):
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+def test_prune_deletes_unused_builds_and_killed_staging(tmp_path):
+    day = 24 * 3600
+    for name in ("current", "recent", "old", ".build-killed", ".build-running", ".old-killed"):
+        (tmp_path / name).mkdir()
+    for name in ("current", "recent", "old"):
+        (tmp_path / name / aot.MANIFEST).write_text("{}")
+    (tmp_path / "not-ours").mkdir()  # no manifest
+    for name in ("current.failed", "old.failed", "recent.failed"):
+        (tmp_path / name).write_text("x")
+    _age(tmp_path / "current" / aot.MANIFEST, 90 * day)
+    _age(tmp_path / "current.failed", 90 * day)
+    _age(tmp_path / "old" / aot.MANIFEST, 31 * day)
+    _age(tmp_path / "old.failed", 31 * day)
+    _age(tmp_path / "recent" / aot.MANIFEST, 29 * day)
+    _age(tmp_path / ".build-killed", 2 * 3600)
+    _age(tmp_path / ".old-killed", 2 * 3600)
+    aot._prune(tmp_path, keep="current")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".build-running", "current", "current.failed", "not-ours", "recent", "recent.failed"]
+
+
+def test_loading_a_build_dates_it_as_used(built, tmp_path):
+    root, _ = built
+    (folder,) = [p.parent for p in (root / "cache" / "aot").glob("*/manifest.json")]
+    copy = tmp_path / "build"
+    shutil.copytree(folder, copy)
+    _age(copy / aot.MANIFEST, 40 * 24 * 3600)
+    assert aot._read_build(copy)
+    assert time.time() - (copy / aot.MANIFEST).stat().st_mtime < 3600
+
+
+def test_a_failed_build_is_tried_again_after_a_day(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUCURATE_AOT", "1")
+    monkeypatch.setenv("GPUCURATE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(aot, "_loaded", {})
+    name = "gpucurate.kernels.minhash.text_hashes"
+    kernel = next(k for k in jit.kernels() if k.name == name)
+    offsets, data = arrow_buffers(pa.array(["a b c"], pa.large_string()))
+    kernel.dispatcher(offsets, padded_words(data))  # numba serves it: a build would take it
+    builds = []
+    monkeypatch.setattr(aot, "build", lambda wanted, kernels: builds.append(wanted))
+    marker = aot._failed_marker()
+    marker.parent.mkdir(parents=True)
+    marker.write_text("OSError: No space left on device\n")
+    assert aot.refresh(jit.kernels) is None and builds == []
+    _age(marker, aot.RETRY_FAILED_S + 60)
+    aot.refresh(jit.kernels)
+    assert len(builds) == 1 and name in builds[0]
+
+
+def test_a_cache_that_cannot_be_written_fails_no_command(tmp_path, monkeypatch, caplog):
+    (tmp_path / "file").write_text("a file where the cache folder would go")
+    monkeypatch.setenv("GPUCURATE_CACHE_DIR", str(tmp_path / "file" / "cache"))
+    assert aot.build({}, jit.kernels) is None
+    assert "GPUCURATE_CACHE_DIR" in caplog.text
+
+
+def test_a_build_replaces_the_one_in_place(tmp_path):
+    folder, staging = tmp_path / "build", tmp_path / ".build-new"
+    for path, text in ((folder, "old"), (staging, "new")):
+        path.mkdir()
+        (path / aot.MANIFEST).write_text(text)
+    aot._replace(folder, staging)
+    assert (folder / aot.MANIFEST).read_text() == "new"
+    assert [p.name for p in tmp_path.iterdir()] == ["build"]

@@ -2,7 +2,7 @@
 
 After a command whose kernels went through numba, ``refresh`` builds every signature the process used,
 plus those of the previous build, into ``gpucurate_kernels`` with numba's ``pycc`` and a C compiler
-(once per new set of signatures: 10-60 s; a failed build is not retried for the same sources, see
+(once per new set of signatures: 10-60 s; a failed build is not retried for a day, see
 ``<build>.failed``). Later processes load it in under a millisecond and call it when a call's argument
 types match a built signature exactly: C-contiguous, aligned arrays of the built dtype, rank and
 writeability, and scalars of the built type. Anything else goes to numba (pycc's functions do not check
@@ -11,7 +11,8 @@ their arguments: a wrong type would crash the process).
 The build lives under ``$GPUCURATE_CACHE_DIR`` (default ``$XDG_CACHE_HOME/gpucurate`` or
 ``~/.cache/gpucurate``), in a folder named by a hash of the kernels' source files, the Python and NumPy
 versions and the CPU, so an edited kernel or another machine never uses a stale build; it is put in
-place by a rename, complete. ``GPUCURATE_AOT=0`` turns loading and building off.
+place by a rename, complete. A build deletes the other builds there that no process loaded for 30 days.
+``GPUCURATE_AOT=0`` turns loading and building off.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +47,13 @@ SOURCES = ("kernels/hashing.py", "kernels/text.py", "kernels/minhash.py", "kerne
 #: the modules whose kernels declare the signatures every build has (``njit(aot=...)``)
 _KERNEL_MODULES = ("gpucurate.kernels.hashing", "gpucurate.kernels.text", "gpucurate.kernels.minhash",
                    "gpucurate.kernels.pairs", "gpucurate.kernels.gates", "gpucurate.kernels.semantic")
+#: a failed build is tried again after this long (the compiler may have been installed, or disk freed)
+RETRY_FAILED_S = 24 * 3600
+#: builds of other sources or machines that no process loaded for this long are deleted by the next build
+UNUSED_BUILD_S = 30 * 24 * 3600
+_USE_DATED_EVERY_S = 24 * 3600
+#: a staging folder left this long is a build that was killed
+STALE_STAGING_S = 3600
 _LOCK = threading.Lock()
 _loaded: dict | None = None  # kernel name -> [(argument keys, function)], once looked for
 
@@ -143,19 +152,63 @@ def _load() -> dict:
 
 def _read_build(folder: Path) -> dict:
     try:
-        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        manifest_path = folder / MANIFEST
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
         path = folder / manifest["file"]
         loader = importlib.machinery.ExtensionFileLoader(MODULE, str(path))
         spec = importlib.util.spec_from_file_location(MODULE, str(path), loader=loader)
         module = importlib.util.module_from_spec(spec)
         loader.exec_module(module)
-        return {name: [(tuple(tuple(k) for k in keys), getattr(module, export)) for export, keys in entries]
-                for name, entries in manifest["kernels"].items()}
+        # the export names say the kernel and its signature (``_export_name``): a module that a concurrent
+        # build put in place after the manifest was read lacks a name rather than mapping it to another kernel
+        table = {name: [(tuple(tuple(k) for k in keys), getattr(module, export)) for export, keys in entries]
+                 for name, entries in manifest["kernels"].items()}
     except FileNotFoundError:
         return {}
     except Exception as exc:  # a damaged or foreign build: numba serves every call
         log.warning("ahead-of-time kernels in %s not loaded (%s); using numba", folder, exc)
         return {}
+    _mark_used(manifest_path)
+    return table
+
+
+def _export_name(kernel: str, keys: tuple) -> str:
+    """The module's name of a kernel's build for one signature: the same in every build of one folder."""
+    return "k_" + hashlib.sha256(repr((kernel, keys)).encode()).hexdigest()[:24]
+
+
+def _mark_used(manifest: Path) -> None:
+    """Date the build as used (at most once a day), so that pruning keeps the builds that other Python or
+    NumPy versions on this machine still load."""
+    try:
+        if time.time() - manifest.stat().st_mtime > _USE_DATED_EVERY_S:
+            os.utime(manifest)
+    except OSError:  # a read-only cache: the build may be pruned one day and then built again
+        pass
+
+
+def _prune(root: Path, keep: str) -> None:
+    """Delete what the ``aot`` folder holds that no process needs: other builds unused for
+    ``UNUSED_BUILD_S`` with their failure markers, and staging folders of builds killed midway."""
+    now = time.time()
+    for entry in root.iterdir():
+        try:
+            if entry.name.startswith((".build-", ".old-")):
+                stale = now - entry.stat().st_mtime > STALE_STAGING_S
+            elif entry.name.startswith(keep):
+                continue
+            elif entry.name.endswith(".failed"):
+                stale = now - entry.stat().st_mtime > UNUSED_BUILD_S
+            else:
+                stale = now - (entry / MANIFEST).stat().st_mtime > UNUSED_BUILD_S
+        except OSError:  # no manifest: not a build of ours
+            continue
+        if stale:
+            log.debug("deleting %s (unused)", entry)
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
 
 
 def _failed_marker() -> Path:
@@ -208,8 +261,9 @@ def refresh(kernels) -> Path | None:
     have = {name: {keys for keys, _ in entries} for name, entries in built.items()}
     if all(keys <= have.get(name, set()) for name, keys in wanted.items()):
         return None
-    if _failed_marker().exists():
-        log.debug("an earlier build of these kernels failed (%s): not retried", _failed_marker())
+    marker = _failed_marker()
+    if marker.exists() and time.time() - marker.stat().st_mtime < RETRY_FAILED_S:
+        log.debug("a build of these kernels failed within a day (%s): not retried yet", marker)
         return None
     if shutil.which(os.environ.get("CC", "cc")) is None and shutil.which("gcc") is None:
         log.debug("no C compiler: the kernels are not built ahead of time")
@@ -225,9 +279,10 @@ def build(wanted: dict, kernels) -> Path | None:
     folder = build_dir()
     n = sum(len(v) for v in wanted.values())
     log.info("building %d CPU kernel signature(s) ahead of time for later runs (once; %s)", n, folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".build-", dir=folder.parent))
+    staging = None
     try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".build-", dir=folder.parent))
         cc = CC(MODULE)
         cc.output_dir = str(staging)
         cc.target_cpu = "host"
@@ -239,7 +294,7 @@ def build(wanted: dict, kernels) -> Path | None:
             for keys in sorted(key_set):
                 argtypes = tuple(_numba_type(k) for k in keys)
                 kernel.dispatcher.compile(argtypes)  # from numba's cache: gives the return type
-                export = f"k{sum(len(v) for v in manifest.values())}"
+                export = _export_name(name, keys)
                 cc.export(export, kernel.dispatcher.overloads[argtypes].signature)(kernel.py_func)
                 manifest.setdefault(name, []).append([export, [list(k) for k in keys]])
         with _gil_released_wrappers(), _quiet("", "numba"):
@@ -248,21 +303,40 @@ def build(wanted: dict, kernels) -> Path | None:
         if len(files) != 1:
             raise RuntimeError(f"pycc wrote {files}")
         (staging / MANIFEST).write_text(json.dumps({"file": files[0], "kernels": manifest}), encoding="utf-8")
-        try:
-            staging.rename(folder)
-        except OSError:  # a previous build is there: replaced (this one has its signatures too)
-            old = folder.parent / f".old-{staging.name}"
-            folder.rename(old)
-            staging.rename(folder)
-            shutil.rmtree(old, ignore_errors=True)
+        _replace(folder, staging)
+        _failed_marker().unlink(missing_ok=True)
+        _prune(folder.parent, keep=folder.name)
         return folder
     except Exception as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        log.warning("the kernels were not built ahead of time (%s); numba serves them", reason)
-        _failed_marker().write_text(f"{type(exc).__name__}: {exc}\n", encoding="utf-8")
+        log.warning("the kernels were not built ahead of time (%s); numba serves them. GPUCURATE_CACHE_DIR "
+                    "names a writable folder for the build, GPUCURATE_AOT=0 turns it off", reason)
+        try:
+            _failed_marker().write_text(f"{type(exc).__name__}: {exc}\n", encoding="utf-8")
+        except OSError:
+            pass
         return None
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _replace(folder: Path, staging: Path) -> None:
+    """Put ``staging`` in place of ``folder``. A previous build there is moved aside first (this one has its
+    signatures too); another process may be doing the same, so the rename is tried again."""
+    old = folder.parent / f".old-{staging.name}"
+    for _ in range(5):
+        try:
+            staging.rename(folder)
+            break
+        except OSError:
+            try:
+                folder.rename(old)
+            except FileNotFoundError:  # the other process moved it; its build is not in place yet
+                pass
+    else:
+        raise OSError(f"could not put the build in place of {folder}")
+    shutil.rmtree(old, ignore_errors=True)
 
 
 class _quiet:
