@@ -301,7 +301,7 @@ def bench_e2e(corpus: dict, tools: list[str], repeat: int, tmp: Path) -> dict:
 def fixed_cost(runs: list[dict]) -> dict | None:
     """gpucurate's 1x and 10x times as a fixed cost plus a cost per 1x of text, the most fixed cost the
     1x -> 10x target allows at that slope, and the floor under it: a Python process that imports only NumPy
-    and PyArrow. 10 (F + s) / (F + 10 s) <= 1.25 means F <= 2/7 s."""
+    and PyArrow. 10 (F + s) / (F + 10 s) <= 1.25 means F <= 2 s / 7."""
     by_factor = {r["factor"]: r for r in runs}
     if 1 not in by_factor or 10 not in by_factor:
         return None
