@@ -208,3 +208,26 @@ def test_a_build_replaces_the_one_in_place(tmp_path):
     aot._replace(folder, staging)
     assert (folder / aot.MANIFEST).read_text() == "new"
     assert [p.name for p in tmp_path.iterdir()] == ["build"]
+
+
+def test_a_build_replaces_one_put_in_place_meanwhile(tmp_path):
+    """Another process's build lands between moving the old one aside and the rename: moved aside too."""
+    folder = tmp_path / "build"
+    staging = tmp_path / ".build-new"
+    for path, text in ((folder, "old"), (staging, "new")):
+        path.mkdir()
+        (path / aot.MANIFEST).write_text(text)
+
+    class Contested:
+        name, calls = staging.name, 0
+
+        def rename(self, target):
+            self.calls += 1
+            if self.calls == 2:  # the other build lands
+                folder.mkdir()
+                (folder / aot.MANIFEST).write_text("other")
+            return staging.rename(target)
+
+    aot._replace(folder, Contested())
+    assert (folder / aot.MANIFEST).read_text() == "new"
+    assert [p.name for p in tmp_path.iterdir()] == ["build"]

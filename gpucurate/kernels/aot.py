@@ -51,6 +51,7 @@ _KERNEL_MODULES = ("gpucurate.kernels.hashing", "gpucurate.kernels.text", "gpucu
 RETRY_FAILED_S = 24 * 3600
 #: builds of other sources or machines that no process loaded for this long are deleted by the next build
 UNUSED_BUILD_S = 30 * 24 * 3600
+#: how often loading a build updates its date (a write a day at most)
 _USE_DATED_EVERY_S = 24 * 3600
 #: a staging folder left this long is a build that was killed
 STALE_STAGING_S = 3600
@@ -181,7 +182,7 @@ def _mark_used(manifest: Path) -> None:
     """Date the build as used (at most once a day), so that pruning keeps the builds that other Python or
     NumPy versions on this machine still load."""
     try:
-        if time.time() - manifest.stat().st_mtime > _USE_DATED_EVERY_S:
+        if _age(manifest) > _USE_DATED_EVERY_S:
             os.utime(manifest)
     except OSError:  # a read-only cache: the build may be pruned one day and then built again
         pass
@@ -190,17 +191,16 @@ def _mark_used(manifest: Path) -> None:
 def _prune(root: Path, keep: str) -> None:
     """Delete what the ``aot`` folder holds that no process needs: other builds unused for
     ``UNUSED_BUILD_S`` with their failure markers, and staging folders of builds killed midway."""
-    now = time.time()
     for entry in root.iterdir():
         try:
             if entry.name.startswith((".build-", ".old-")):
-                stale = now - entry.stat().st_mtime > STALE_STAGING_S
+                stale = _age(entry) > STALE_STAGING_S
             elif entry.name.startswith(keep):
                 continue
             elif entry.name.endswith(".failed"):
-                stale = now - entry.stat().st_mtime > UNUSED_BUILD_S
+                stale = _age(entry) > UNUSED_BUILD_S
             else:
-                stale = now - (entry / MANIFEST).stat().st_mtime > UNUSED_BUILD_S
+                stale = _age(entry / MANIFEST) > UNUSED_BUILD_S
         except OSError:  # no manifest: not a build of ours
             continue
         if stale:
@@ -209,6 +209,11 @@ def _prune(root: Path, keep: str) -> None:
                 shutil.rmtree(entry, ignore_errors=True)
             else:
                 entry.unlink(missing_ok=True)
+
+
+def _age(path: Path) -> float:
+    """Seconds since ``path`` was last modified (``OSError`` when it is not there)."""
+    return time.time() - path.stat().st_mtime
 
 
 def _failed_marker() -> Path:
@@ -261,9 +266,12 @@ def refresh(kernels) -> Path | None:
     have = {name: {keys for keys, _ in entries} for name, entries in built.items()}
     if all(keys <= have.get(name, set()) for name, keys in wanted.items()):
         return None
-    marker = _failed_marker()
-    if marker.exists() and time.time() - marker.stat().st_mtime < RETRY_FAILED_S:
-        log.debug("a build of these kernels failed within a day (%s): not retried yet", marker)
+    try:
+        failed_recently = _age(_failed_marker()) < RETRY_FAILED_S
+    except OSError:  # no marker: no build of these sources failed
+        failed_recently = False
+    if failed_recently:
+        log.debug("a build of these kernels failed within a day (%s): not retried yet", _failed_marker())
         return None
     if shutil.which(os.environ.get("CC", "cc")) is None and shutil.which("gcc") is None:
         log.debug("no C compiler: the kernels are not built ahead of time")
@@ -309,8 +317,9 @@ def build(wanted: dict, kernels) -> Path | None:
         return folder
     except Exception as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        log.warning("the kernels were not built ahead of time (%s); numba serves them. GPUCURATE_CACHE_DIR "
-                    "names a writable folder for the build, GPUCURATE_AOT=0 turns it off", reason)
+        where = "GPUCURATE_CACHE_DIR names a writable folder for it, " if isinstance(exc, OSError) else ""
+        log.warning("the kernels were not built ahead of time (%s); numba serves them (%sGPUCURATE_AOT=0 turns "
+                    "the build off)", reason, where)
         try:
             _failed_marker().write_text(f"{type(exc).__name__}: {exc}\n", encoding="utf-8")
         except OSError:
@@ -328,15 +337,15 @@ def _replace(folder: Path, staging: Path) -> None:
     for _ in range(5):
         try:
             staging.rename(folder)
-            break
+            return
         except OSError:
             try:
                 folder.rename(old)
             except FileNotFoundError:  # the other process moved it; its build is not in place yet
-                pass
-    else:
-        raise OSError(f"could not put the build in place of {folder}")
-    shutil.rmtree(old, ignore_errors=True)
+                continue
+            # removed at once: a second round (another build put in place meanwhile) moves that one here too
+            shutil.rmtree(old, ignore_errors=True)
+    raise OSError(f"could not put the build in place of {folder}")
 
 
 class _quiet:
