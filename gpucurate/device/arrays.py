@@ -18,10 +18,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
-from dask.sizeof import sizeof
 
 from ..kernels import cuda as kernels
-from . import simulated
+from . import simulated, toolchain
 
 
 @dataclass
@@ -165,6 +164,11 @@ class Spillable:
     def _host_arrays(self) -> list:
         return [None if a is None else self.dev.to_host(a) for a in _flatten(self._value)[1]]
 
+    def __sizeof__(self) -> int:
+        """What a Dask worker's memory manager counts for it, on the device or in host memory (Dask's
+        ``sizeof`` falls back to ``sys.getsizeof``, so no registration, and no Dask import, is needed)."""
+        return object.__sizeof__(self) + self.nbytes
+
     def __getstate__(self):
         with self.dev.lock:
             if self._host is not None:
@@ -177,12 +181,6 @@ class Spillable:
     def __setstate__(self, state: dict) -> None:
         self.dev = process_arrays(state["kind"])
         self._template, self._host, self.nbytes, self._value = state["template"], state["host"], state["nbytes"], None
-
-
-@sizeof.register(Spillable)
-def _sizeof_spillable(value: Spillable) -> int:
-    """What a Dask worker's memory manager counts for it (on the device or in host memory)."""
-    return value.nbytes
 
 
 class DeviceArrays:
@@ -381,7 +379,9 @@ def probe_device():
         got = dev.to_host(out)
     except Exception as exc:  # numba's NvvmError, CudaAPIError (PTX newer than the driver), ...
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RuntimeError(f"compiling or launching a CUDA kernel failed: {type(exc).__name__}: {first}") from None
+        why = "" if dev.simulated else toolchain.diagnose()
+        raise RuntimeError(f"compiling or launching a CUDA kernel failed: {type(exc).__name__}: {first}"
+                           + (f"; {why}" if why else "")) from None
     if not np.array_equal(got, np.arange(64) * 3 + 1):
         raise RuntimeError("the probe kernel ran but returned wrong values")
     dev.reset_counts()  # the probe's copies are not the run's
