@@ -1,8 +1,9 @@
 """The GPU backend without a GPU: its kernels in numba's CUDA simulator, its glue on the strict array-API
 namespace, whole ``--backend gpu`` runs byte-identical to the CPU, and the transfer ledger's targets.
 
-conftest sets NUMBA_ENABLE_CUDASIM=1 (unless GPUCURATE_REAL_GPU=1, as ``benchmarks/gpu_check.py`` sets
-it on a GPU machine, where the same tests run on the device).
+conftest sets NUMBA_ENABLE_CUDASIM=1: these tests always run in the simulator. On a GPU machine,
+``benchmarks/gpu_check.py`` (phase b) checks the same parity on the device: the glue's hashes, sets,
+signatures, pairs and components, and whole runs byte-identical to the CPU backend.
 """
 
 import json
@@ -21,7 +22,6 @@ from gpucurate.stages.contamination import MATCH_NORMALIZE
 from gpucurate.stages.table import canonicals as cpu_canonicals
 from gpucurate.stages.normalize import arrow_buffers, normalize
 
-pytest.importorskip("numba.cuda")
 
 K = 5
 # 0, 1, k-1, k and many words; multi-byte UTF-8; text lengths around the 8-byte word boundaries
@@ -51,7 +51,7 @@ def host_api():
 def strict_dev(monkeypatch):
     """DeviceArrays over ``array_api_strict`` whose arrays refuse any implicit conversion to NumPy: the
     glue must use the namespace, and only ``DeviceArrays`` crosses to the host (through DLPack)."""
-    xps = pytest.importorskip("array_api_strict")
+    import array_api_strict as xps
     from gpucurate.device.arrays import simulated_arrays
     array_type = type(xps.asarray([1]))
 
@@ -294,6 +294,21 @@ def test_backend_probe_failure(monkeypatch):
         backend.select("gpu")
 
 
+def test_toolchain_names_a_driver_too_old_for_the_ptx():
+    """A probe that fails on a device says which PTX ISA libNVVM emitted, where it was found and which CUDA
+    driver runs, and what to install when the driver is too old for that PTX."""
+    from gpucurate.device import toolchain as tc
+    assert tc.ptx_isa("//\n.version 9.0\n.target sm_90\n") == (9, 0) and tc.ptx_isa("no version") is None
+    assert tc.cuda_for_ptx_isa((9, 2)) == (13, 2) and tc.cuda_for_ptx_isa((8, 8)) == (12, 9)
+    assert tc.cuda_for_ptx_isa((7, 8)) is None
+    too_new = tc.describe((9, 5), (13, 0), "/v/nvidia/cu13/lib/libnvvm.so.4", "site-packages")
+    assert too_new.startswith("PTX ISA 9.5 from libNVVM at /v/nvidia/cu13/lib/libnvvm.so.4 (found by site-packages)")
+    assert "needs a CUDA 13.5 driver" in too_new and "cuda-toolkit[nvvm]==13.0.*" in too_new
+    assert "needs" not in tc.describe((8, 8), (13, 0), "/usr/local/cuda/nvvm/lib64/libnvvm.so", "CUDA_HOME")
+    assert "needs a CUDA 13.0 driver" in tc.describe((9, 0), (12, 8), "/x", "System")
+    assert tc.describe(None, None, None, None) == "PTX ISA ? from libNVVM at None (found by None), CUDA driver ?"
+
+
 def test_launch_checks_the_declared_signature():
     """A launch whose argument types differ from the compiled signature fails in the tests."""
     from gpucurate.device.arrays import simulated_arrays
@@ -357,7 +372,7 @@ def test_gpu_backend_on_a_cluster(tmp_path):
     dask-cuda): each worker uses its own device arrays, each partition's text goes up once on the worker
     that reads it and the LSH runs on the workers' device arrays; the result equals the CPU run's, and the
     ledger sums the workers' copies."""
-    distributed = pytest.importorskip("distributed")
+    import distributed
     src, texts = _near_copies(tmp_path, n=120)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                                   host="127.0.0.1") as cluster:

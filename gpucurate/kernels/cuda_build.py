@@ -44,26 +44,31 @@ class PtxasError(RuntimeError):
 
 # --- toolchain ---------------------------------------------------------------------------------------
 
-_INSTALL_HINT = "pip install 'numba-cuda[cu12]' (or pip install -e '.[dev]')"
+_INSTALL_HINT = ("pip install 'numba-cuda[cu12]' (or pip install -e '.[dev]'); for CUDA 13: "
+                 "pip install 'numba-cuda[cu13]' 'cuda-toolkit[nvcc]==13.*'")
+#: the Python packages whose ``bin`` holds ptxas: the CUDA 12 nvcc wheel's, then CUDA 13's (``nvidia/cu13``)
+_PTXAS_PACKAGES = ("nvidia.cuda_nvcc", "nvidia.cu13")
 
 
 def find_ptxas() -> str:
-    """Path of ``ptxas``: the ``nvidia-cuda-nvcc-cu12`` wheel's (``nvidia/cuda_nvcc/bin``), then
-    ``$CUDA_HOME/bin`` or ``$CUDA_PATH/bin``, then ``PATH``. Raises ``ToolchainMissing`` otherwise."""
+    """Path of ``ptxas``: the nvcc wheel's (``nvidia/cuda_nvcc/bin`` of CUDA 12, ``nvidia/cu13/bin`` of
+    CUDA 13), then ``$CUDA_HOME/bin`` or ``$CUDA_PATH/bin``, then ``PATH``. Raises ``ToolchainMissing``
+    otherwise."""
     tried = []
     exe = "ptxas.exe" if os.name == "nt" else "ptxas"
-    try:
-        spec = importlib.util.find_spec("nvidia.cuda_nvcc")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is not None:
+    for package in _PTXAS_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None:
+            tried.append(f"python package {package} (not installed)")
+            continue
         for base in (spec.submodule_search_locations or []):
             candidate = Path(base) / "bin" / exe
             tried.append(str(candidate))
             if candidate.is_file() and os.access(candidate, os.X_OK):
                 return str(candidate)
-    else:
-        tried.append("python package nvidia.cuda_nvcc (not installed)")
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(var):
             candidate = Path(os.environ[var]) / "bin" / exe
@@ -75,7 +80,7 @@ def find_ptxas() -> str:
         return found
     tried.append("ptxas on PATH")
     raise ToolchainMissing(f"ptxas not found (tried: {', '.join(tried)}); it comes with the "
-                           f"nvidia-cuda-nvcc-cu12 wheel: {_INSTALL_HINT}")
+                           f"nvidia-cuda-nvcc-cu12 wheel (CUDA 13: nvidia-cuda-nvcc): {_INSTALL_HINT}")
 
 
 def _simulator_on() -> bool:
@@ -83,28 +88,41 @@ def _simulator_on() -> bool:
     return bool(config.ENABLE_CUDASIM)
 
 
+def nvvm_location() -> dict:
+    """Where numba-cuda finds libNVVM and libdevice: {"nvvm": path, "nvvm_found_by": ..., "libdevice":
+    path} (a path is None, or a bare library name for the system loader, when the search found none)."""
+    from numba.cuda.cuda_paths import get_cuda_paths
+    paths = get_cuda_paths()
+    return {"nvvm": paths["nvvm"].info, "nvvm_found_by": paths["nvvm"].by, "libdevice": paths["libdevice"].info}
+
+
 def check_toolchain() -> dict:
     """Versions and paths of what the build needs: numba-cuda, libNVVM (loadable, with libdevice),
-    ptxas. Raises ``ToolchainMissing`` naming what is missing; ``RuntimeError`` under the simulator."""
+    ptxas. Raises ``ToolchainMissing`` naming what is not installed, ``RuntimeError`` when libNVVM is
+    installed but does not load (a broken install fails, it is not "missing") or under the simulator."""
     if importlib.util.find_spec("numba_cuda") is None:
         raise ToolchainMissing(f"numba-cuda is not installed: {_INSTALL_HINT}")
     if _simulator_on():
         raise RuntimeError("NUMBA_ENABLE_CUDASIM=1: numba's CUDA simulator cannot compile kernels; build in a "
                            "process without it (cuda_build.run_build_subprocess)")
     from importlib.metadata import version
+    found = nvvm_location()
+    installed = all(found[k] and Path(found[k]).is_file() for k in ("nvvm", "libdevice"))
     try:
         from numba.cuda.cudadrv import nvvm
-        from numba.cuda.cudadrv.libs import get_libdevice
         nvvm_version = nvvm.NVVM().get_version()
-        get_libdevice()
-    except Exception as exc:  # noqa: BLE001 - any failure to load libNVVM means it is not usable here
-        raise ToolchainMissing(f"libNVVM is not available ({type(exc).__name__}: {exc}); it comes with the "
-                               f"nvidia-cuda-nvcc-cu12 wheel: {_INSTALL_HINT}") from exc
+    except Exception as exc:  # noqa: BLE001 - numba raises its own types for a library it cannot load
+        reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        if installed:
+            raise RuntimeError(f"libNVVM at {found['nvvm']} (found by {found['nvvm_found_by']}) does not load: "
+                               f"{reason}") from exc
+        raise ToolchainMissing(f"libNVVM is not installed ({reason}); it comes with the nvidia-cuda-nvcc-cu12 "
+                               f"wheel (CUDA 13: nvidia-nvvm): {_INSTALL_HINT}") from exc
     ptxas = find_ptxas()
     out = subprocess.run([ptxas, "--version"], capture_output=True, text=True, timeout=60)
     release = re.search(r"release ([\d.]+), V([\d.]+)", out.stdout)
     return {"numba": version("numba"), "numba_cuda": version("numba-cuda"),
-            "nvvm": ".".join(map(str, nvvm_version)), "ptxas": ptxas,
+            "nvvm": ".".join(map(str, nvvm_version)), "nvvm_path": found["nvvm"], "ptxas": ptxas,
             "ptxas_version": release.group(2) if release else (out.stdout.strip().splitlines() or ["?"])[-1]}
 
 
