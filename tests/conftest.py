@@ -1,5 +1,7 @@
 import json
 import os
+import re
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -12,12 +14,75 @@ os.environ.setdefault("NUMBA_CACHE_DIR", str(Path(__file__).resolve().parents[1]
 # The tests run the kernels through numba and build nothing ahead of time into the user's cache;
 # tests/test_aot.py turns the builds on, into a folder of its own.
 os.environ["GPUCURATE_AOT"] = "0"
-# The CUDA kernels run in numba's CUDA simulator unless GPUCURATE_REAL_GPU=1 (benchmarks/gpu_check.py sets
-# it on a GPU machine). Set before numba is imported; CPU kernels are not affected.
-if os.environ.get("GPUCURATE_REAL_GPU") != "1":
-    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+# The CUDA kernels run in numba's CUDA simulator (set before numba is imported; the CPU kernels are not
+# affected). On a GPU, benchmarks/gpu_check.py checks the same parity on the device.
+os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+
+#: Under CI (``CI=true``, as ``.ci/run`` runs the suite) a skip is a failure: it would hide a test that
+#: cannot run because something CI installs is missing or broken. Exempt are tests marked ``gpu`` or
+#: ``realdata`` and skips whose reason matches one of these patterns, each with why CI cannot have it.
+CI_ALLOWED_SKIPS: dict[str, str] = {}  # none today: CI has no GPU, and those tests are marked gpu
+EXEMPT_MARKS = ("gpu", "realdata")
 
 
+def _under_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+def _skip_exempt(reason: str, marks) -> str | None:
+    """Why a skip with ``reason`` of a test with ``marks`` is allowed under CI, or None."""
+    for mark in EXEMPT_MARKS:
+        if mark in marks:
+            return f"marked {mark}"
+    for pattern, why in CI_ALLOWED_SKIPS.items():
+        if re.search(pattern, reason):
+            return why
+    return None
+
+
+def _enforce_skip_policy(report, marks) -> None:
+    if not (report.skipped and _under_ci()) or hasattr(report, "wasxfail"):
+        return
+    reason = _skip_reason(report)
+    if _skip_exempt(reason, marks) is None:
+        report.outcome = "failed"
+        report.longrepr = (f"skipped under CI=true: {reason}\n(a skip in CI hides a failure: install what the "
+                           f"test needs in .ci/run, mark it gpu or realdata, or allow the reason in "
+                           f"tests/conftest.py's CI_ALLOWED_SKIPS with why CI cannot have it)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    _enforce_skip_policy(outcome.get_result(), {m.name for m in item.iter_markers()})
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """A whole module skipped at import (``pytest.importorskip``) falls under the same policy."""
+    outcome = yield
+    _enforce_skip_policy(outcome.get_result(), {m.name for m in collector.iter_markers()})
+
+
+def pytest_terminal_summary(terminalreporter):
+    """How many tests were skipped, and why, just before the closing line."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    reasons = Counter(_skip_reason(r) for r in skipped)
+    terminalreporter.write_sep("-", f"{len(skipped)} skipped, by reason"
+                                    + (" (allowed under CI=true)" if _under_ci() else ""))
+    for reason, count in reasons.most_common():
+        terminalreporter.write_line(f"{count:5d}  {reason}")
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: the suite also runs without it
 def pytest_xdist_auto_num_workers(config):
     """``-n auto`` (the README's test command): one test process per core, at most 4; each loads numba,
     PyTorch and Dask clusters of its own, so more would cost memory without shortening the slowest tests."""

@@ -10,7 +10,7 @@ from conftest import ANNOTATION_COLUMNS, read_annotations, write_jsonl
 
 @pytest.fixture(scope="module")
 def cluster():
-    distributed = pytest.importorskip("distributed")
+    import distributed
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                                   host="127.0.0.1") as c:
         yield c

@@ -25,8 +25,7 @@ def test_gpu_check_smoke(tmp_path):
     assert set(phases) == {"a", "b", "c", "d", "e"}
     for key in "abcd":
         assert phases[key]["status"] == "ok", (key, phases[key].get("error"), phases[key].get("traceback"))
-    # (e) needs ptxas (nvidia-cuda-nvcc wheel); without it the phase records why
-    assert phases["e"]["status"] == "ok" or "ptxas" in (phases["e"].get("error") or "").lower()
+    assert phases["e"]["status"] == "ok", phases["e"].get("error")  # ptxas comes with the dev install
     parity = phases["b"]["parity"]
     assert {"glue_sketch_and_pairs", "glue_sliced_arrow", "host_api_sliced_arrow", "run_synthetic"} <= set(parity)
     assert all(parity.values()) and result["parity_ok"] is True
@@ -40,3 +39,16 @@ def test_gpu_check_smoke(tmp_path):
     assert phases["d"]["fit_gpu"] is not None
     assert len(result["targets"]) == 3 and all(t["pass"] is None for t in result["targets"])  # simulated: n/a
     assert "TARGET" in proc.stdout
+
+
+def test_budget_scales_the_phase_limits():
+    """``--budget`` (benchmarks/device/run.sh) scales the chosen phases' limits down to fit, never up."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_check
+    half = gpu_check.parse_args(["--budget", str(sum(gpu_check.DEFAULT_TIMEOUTS.values()) / 2)])
+    assert [getattr(half, f"timeout_{k}") for k in "abcde"] == [v / 2 for v in gpu_check.DEFAULT_TIMEOUTS.values()]
+    roomy = gpu_check.parse_args(["--budget", "1000", "--phases", "a,b"])
+    assert (roomy.timeout_a, roomy.timeout_b) == (gpu_check.DEFAULT_TIMEOUTS["a"], gpu_check.DEFAULT_TIMEOUTS["b"])
+    tight = gpu_check.parse_args(["--budget", "60", "--phases", "a,b"])
+    assert tight.timeout_a + tight.timeout_b == pytest.approx(60, abs=0.2)
+    assert tight.timeout_d == gpu_check.DEFAULT_TIMEOUTS["d"]  # not run, not scaled

@@ -178,7 +178,7 @@ def test_search_buckets_sample_and_partitions_do_not_change_results(tmp_path, mo
 def test_embedding_runs_on_the_cluster_workers(tmp_path, paraphrase_run):
     """On a Dask cluster the workers load the encoder and embed their partitions; this process never loads
     it, gathers no per-document column, and the results equal the in-process run's."""
-    distributed = pytest.importorskip("distributed")
+    import distributed
     from gpucurate.engine.executor import Executor
     from gpucurate.stages import encoder
     _, expected, first_out = paraphrase_run
