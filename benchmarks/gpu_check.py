@@ -14,8 +14,8 @@ seconds; one that fails or runs out of time records its error and the next one s
       synthetic documents and on a sliced Arrow array (offsets not starting at 0), the host-array API on
       the slice, and whole runs (``gpucurate.run``, semantic off) with ``run.backend`` gpu vs cpu: byte
       equality of the annotation files, ``edges.parquet`` and ``run_index.parquet`` on a synthetic Parquet
-      corpus and on Reuters-21578 (when ``shared/data/reuters21578/reuters21578.jsonl.gz`` is in the
-      checkout or beside it).
+      corpus and on Reuters-21578 (``../shared/data`` beside the checkout, or the copy that
+      ``benchmarks/device/prepare.sh`` puts in ``benchmarks/device/data/``).
   (c) kernel-only timings on pre-uploaded inputs (CUDA events, one warm-up, best of ``--repeat``): text
       units, exact hashes, unit hashes, shingle sets, MinHash, band keys, the whole MinHash chain from the
       uploaded text, LSH bucketing (candidate pairs), verification (Jaccard), components; in GB/s of text
@@ -39,16 +39,13 @@ PASS/FAIL for each (n/a in the simulator). Exit status 1 when a parity check fai
 times out; a phase left behind at its deadline stops at its next checkpoint, and the next phase waits for
 it a while before it uses the device.
 
-Through the project's device tool (one H200, 16 cores), from the repository root:
-
-    PYTHONUNBUFFERED=1 python benchmarks/gpu_check.py    # ~7 minutes; writes $OUT/gpu_check.json
-    PYTHONUNBUFFERED=1 python benchmarks/gpu_check.py --phases a,c   # a subset
-
-(timeout_s 600 leaves room for the machine's start; the phase limits add up to 7 minutes). The tool
-copies the checkout only: for the Reuters parity put the file under ``shared/data/reuters21578/`` inside
-the checkout (``../shared`` beside it does not travel). The script imports ``gpucurate`` from the
-checkout when it is not installed; its dependencies (pandas, pyarrow, dask, rich, numba, numba-cuda,
-CuPy) must be importable there.
+Through the project's device tool (one H200, 16 cores): ``benchmarks/device/prepare.sh`` here, then
+``bash benchmarks/device/run.sh`` there (docs/gpu.md shows the call): it installs the carried wheels and
+runs this script with ``--budget``, which scales the phase limits down to fit (``--phases a,c`` runs a
+subset). The script imports ``gpucurate`` from the checkout when it is not installed; what it and the
+GPU path import (NumPy, pandas, pyarrow, PyYAML, rich, numba, numba-cuda, CuPy; orjson and
+array-api-compat, which the device image lacks, travel as wheels) must be importable there, and Dask
+must not be needed.
 
 In a RAPIDS container (or any CUDA 12 image with Python):
 
@@ -182,8 +179,12 @@ def text_nbytes(arr: pa.Array) -> int:
     return int(offsets[-1] - offsets[0])
 
 
+#: where ``benchmarks/device/prepare.sh`` copies the Reuters file for the device (``../shared`` does not travel)
+DEVICE_REUTERS = ROOT / "benchmarks" / "device" / "data" / "reuters21578.jsonl.gz"
+
+
 def reuters_path() -> Path | None:
-    for p in (ROOT / "shared" / "data" / "reuters21578" / "reuters21578.jsonl.gz", REUTERS):
+    for p in (DEVICE_REUTERS, REUTERS):
         if p.is_file():
             return p
     return None
@@ -478,7 +479,8 @@ def compile_kernels(left=lambda: math.inf) -> dict:
 
 
 def ptx_info() -> dict:
-    """PTX ``.version`` and ``.target`` of the probe kernel as compiled for this device."""
+    """PTX ``.version`` and ``.target`` of the probe kernel as compiled for this device, where numba-cuda
+    found libNVVM, and whether the driver's CUDA version loads that PTX (``device.toolchain``)."""
     from numba import cuda
     from gpucurate.kernels.cuda import KERNELS
     cc = cuda.get_current_device().compute_capability
@@ -487,10 +489,15 @@ def ptx_info() -> dict:
     if not ptx:
         from gpucurate.kernels import cuda_build
         ptx = cuda_build.compile_kernel(KERNELS["probe"], cc)
+    from gpucurate.device import toolchain
+    from gpucurate.kernels.cuda_build import nvvm_location
     version = re.search(r"^\s*\.version\s+(\S+)", ptx, re.M)
     target = re.search(r"^\s*\.target\s+(\S+)", ptx, re.M)
+    where = nvvm_location()
     return {"device_cc": f"{cc[0]}.{cc[1]}", "ptx_version": version.group(1) if version else None,
-            "ptx_target": target.group(1) if target else None}
+            "ptx_target": target.group(1) if target else None, **where,
+            "ptx_vs_driver": toolchain.describe(toolchain.ptx_isa(ptx), cuda.cudadrv.driver.driver.get_version(),
+                                                where["nvvm"], where["nvvm_found_by"])}
 
 
 def bandwidth(nbytes: int, repeat: int = 3) -> dict:
@@ -748,7 +755,7 @@ def phase_parity(ctx: Context, rec: dict) -> None:
     if a.no_reuters or (a.smoke and not a.reuters):
         rec["run_reuters"] = {"skipped": "smoke" if a.smoke else "--no-reuters"}
     elif path is None:
-        rec["run_reuters"] = {"skipped": f"not found: {REUTERS} (or shared/data in the checkout)"}
+        rec["run_reuters"] = {"skipped": f"not found: {REUTERS} or {DEVICE_REUTERS} (benchmarks/device/prepare.sh)"}
     else:
         est = 2 * (rec["run_synthetic"]["gpu_s"] + rec["run_synthetic"]["cpu_s"]) + 10
         if ctx.left() < est:
@@ -1145,6 +1152,8 @@ def parse_args(argv=None):
                                                "benchmarks/results/gpu_check.json)")
     for k, v in DEFAULT_TIMEOUTS.items():
         p.add_argument(f"--timeout-{k}", type=float, default=v, help=f"phase ({k}) {PHASES[k]}: seconds (default {v})")
+    p.add_argument("--budget", type=float, default=None,
+                   help="seconds for all phases: their timeouts are scaled down to fit (benchmarks/device/run.sh)")
     p.add_argument("--parity-docs", type=int, default=200_000, help="documents of the glue parity (b)")
     p.add_argument("--run-docs", type=int, default=100_000, help="documents of the synthetic whole-run parity (b)")
     p.add_argument("--kernel-docs", type=int, default=1_000_000, help="documents of the kernel timings (c)")
@@ -1182,6 +1191,10 @@ def parse_args(argv=None):
     bad = [x for x in args.phases if x not in PHASES]
     if bad:
         p.error(f"unknown phase(s) {bad}; choose from {','.join(PHASES)}")
+    total = sum(getattr(args, f"timeout_{k}") for k in args.phases)
+    if args.budget is not None and total > args.budget:
+        for k in args.phases:
+            setattr(args, f"timeout_{k}", round(getattr(args, f"timeout_{k}") * args.budget / total, 1))
     return args
 
 
