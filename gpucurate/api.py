@@ -81,7 +81,8 @@ def dedup(ddf, config: Config | str | None = None, overrides=None):
     narrow = ddf
     if "_ord" not in ddf.columns:
         narrow = ddf.map_partitions(_to_narrow, cfg.input, meta=NARROW_META)
-    with Executor(cfg.run.scheduler, cfg.run.workers, cfg.run.progress) as executor:
+    with Executor(cfg.run.scheduler, cfg.run.workers, cfg.run.progress, memory_limit=cfg.run.memory_limit,
+                  spill_dir=cfg.run.spill_dir) as executor:
         result = deduplicate(narrow, cfg, executor, select(cfg.run.backend), Timer())
         parts = executor.compute(result.table.column("annotations"), "collect annotations")
     text_col = "_text" if "_ord" in ddf.columns else cfg.input.text_field

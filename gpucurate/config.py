@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -326,6 +327,13 @@ class RunConfig:
     #: it the least recently used go to host memory until a task needs them again (counted in the ledger);
     #: null -> half of the device's memory (no limit in numba's CUDA simulator)
     device_memory: Optional[int] = None
+    #: bytes of host memory this process keeps between tasks (the partitions and their states; an integer or
+    #: a size such as 2GB or 512MiB); past it the least recently used go to files in run.spill_dir and come
+    #: back when a task needs them. null -> a quarter of this machine's memory
+    memory_limit: Optional[int] = field(default=None, metadata={"bytes": True})
+    #: the directory of the spill folder (made at the first spill, removed at the end); null -> beside the
+    #: output directory
+    spill_dir: Optional[str] = None
 
 
 @dataclass
@@ -427,6 +435,8 @@ def _check_value(key: str, value: Any, tp: Any, meta) -> Any:
         if value is None:
             return None
         return _check_value(key, value, args[0], meta)
+    if meta.get("bytes"):
+        return parse_bytes(value, key)
     if tp is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{key} must be true or false, got {value!r}")
@@ -473,6 +483,25 @@ def _merge(cfg: Config, data: dict) -> None:
         if section not in {f.name for f in dataclasses.fields(cfg)}:
             raise ConfigError(f"unknown config section '{section}'")
         _apply(getattr(cfg, section), section, values or {})
+
+
+_BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(value, key: str) -> int:
+    """Bytes of ``value``: an integer, or a size such as ``2GB``, ``512MiB``, ``1.5gb`` (decimal and binary
+    units); raises ``ConfigError`` naming ``key`` otherwise."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    else:
+        found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(value))
+        if isinstance(value, bool) or not found or found.group(2).lower() not in _BYTE_UNITS:
+            raise ConfigError(f"{key} must be bytes (an integer) or a size such as 2GB or 512MiB, got {value!r}")
+        n = int(float(found.group(1)) * _BYTE_UNITS[found.group(2).lower()])
+    if n < 1:
+        raise ConfigError(f"{key} must be at least 1 byte, got {value!r}")
+    return n
 
 
 def flatten(d: dict) -> dict:

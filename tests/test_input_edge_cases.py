@@ -185,7 +185,7 @@ def test_a_file_edited_between_the_read_and_the_write_pass(tmp_path, monkeypatch
     in between stops the run. A kept parse is written as it was read: the output is the file as read."""
     import gpucurate.workflows.run as pipeline
     if not parse_kept:
-        monkeypatch.setattr(pipeline, "_memory_bytes", lambda: 0)
+        monkeypatch.setattr(pipeline, "machine_memory", lambda: 0)
     path = tmp_path / "f.jsonl"
     path.write_bytes(_lines(40))
     original = pipeline.annotate_parts
@@ -223,11 +223,11 @@ def test_the_writer_uses_the_read_pass_parse_within_budget(tmp_path, monkeypatch
     assert rereads == []
     # a budget that holds about one partition: the others are read again
     largest = max(reader.load_partition(spec, cfg).table.nbytes for spec in specs)
-    monkeypatch.setattr(pipeline, "_memory_bytes", lambda: 8 * (largest + largest // 2))
+    monkeypatch.setattr(pipeline, "machine_memory", lambda: 8 * (largest + largest // 2))
     gpucurate.run([str(path)], tmp_path / "partly", overrides=overrides)
     assert 0 < len(rereads) < len(specs)
     rereads.clear()
-    monkeypatch.setattr(pipeline, "_memory_bytes", lambda: 0)
+    monkeypatch.setattr(pipeline, "machine_memory", lambda: 0)
     gpucurate.run([str(path)], tmp_path / "reread", overrides=overrides)
     assert sorted(rereads) == list(range(len(specs)))
     kept = read_annotations(tmp_path / "kept")

@@ -69,7 +69,7 @@ def test_skips_fail_under_ci(tmp_path):
     assert "skipped under CI=true: the frobnicator is not installed" in out
     # the allowed skips, counted by reason just before the closing line
     assert "2 skipped, by reason (allowed under CI=true)" in out, out
-    assert re.search(r"^\s+1  no CUDA device here$", out, re.M) and re.search(r"^\s+1  \.\./shared/data", out, re.M)
+    assert re.search(r"^\s+1  no CUDA device here$", out, re.M) and re.search(r"^\s+1  \S*shared/data", out, re.M)
 
 
 def test_a_module_skipped_at_import_fails_collection_under_ci(tmp_path):

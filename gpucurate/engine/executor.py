@@ -15,7 +15,8 @@ from contextlib import contextmanager
 
 from ..errors import ConfigError
 from .partitions import Partitions
-from .tasks import compute, holds_dask, to_dask, value
+from .spill import SpillStore, machine_memory
+from .tasks import compute, holds_dask, to_dask
 from .threads import thread_map
 
 log = logging.getLogger("gpucurate")
@@ -80,15 +81,18 @@ class Executor:
     scheduler : address of a running Dask scheduler (``tcp://host:port``); None -> local threads.
     workers : threads of the local scheduler; None -> ``os.cpu_count()``.
     progress : show progress bars on stderr.
+    memory_limit : bytes of persisted results a run on local threads keeps in memory (``SpillStore``); None
+        -> a quarter of this machine's memory. spill_dir : where past it they go (None: the temporary dir).
     """
 
     def __init__(self, scheduler: str | None = None, workers: int | None = None, progress: bool = True,
-                 gpus: bool = False):
+                 gpus: bool = False, memory_limit: int | None = None, spill_dir=None):
         self.scheduler_address = scheduler
         self.workers = workers or os.cpu_count() or 1
         self.progress = progress
         self.client = None
         self.cluster = None
+        self.store = SpillStore(memory_limit or machine_memory() // 4, spill_dir)
         if gpus and not scheduler:
             scheduler = self._start_cuda_cluster()
         if scheduler:
@@ -170,8 +174,8 @@ class Executor:
     def persist_tasks(self, tasks: list, desc: str) -> list:
         """Compute ``tasks`` and keep each result where it was computed (on a cluster, in its worker's
         memory); returns tasks (Dask objects on a cluster) of the results, in order, for later tasks."""
-        if self.client is None:  # the results stay here, in the process that runs the tasks
-            return [value(r) for r in self._compute(tasks, desc)]
+        if self.client is None:  # the results stay here, in memory up to the budget, then on disk
+            return [self.store.keep(r) for r in self._compute(tasks, desc)]
         from distributed import futures_of
         persisted = self.client.persist(to_dask(tasks))
         self._wait([f for t in persisted for f in futures_of(t)], desc)
@@ -208,6 +212,7 @@ class Executor:
         return thread_map(fn, chunks, self.local_threads)
 
     def close(self) -> None:
+        self.store.close()
         if self.client is not None:
             self.client.close()
             self.client = None

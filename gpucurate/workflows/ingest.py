@@ -528,7 +528,8 @@ def ingest(inputs: list[str] | str, state_dir: str | os.PathLike, config: Config
         batch_cfg = load_config(None, batch_only, base=cfg) if batch_only else cfg
         backend = select(cfg.run.backend)
         with quiet_logs(), Executor(cfg.run.scheduler, cfg.run.workers, cfg.run.progress,
-                                    gpus=backend.name == "gpu") as executor:
+                                    gpus=backend.name == "gpu", memory_limit=cfg.run.memory_limit,
+                                    spill_dir=cfg.run.spill_dir or Path(root).resolve().parent) as executor:
             batch = compute_batch(state, batch_cfg, inputs, executor, backend, timer)
             failpoint("computed")
             summary = batch_summary(batch, inputs)

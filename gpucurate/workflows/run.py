@@ -13,6 +13,7 @@ import platform
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from ..stages.annotate import alias_table, annotate_parts, apply_paragraphs, edg
 from ..engine.backend import select
 from ..config import Config, annotation_names, resolve_config
 from ..engine.executor import Executor, quiet_logs
+from ..engine.spill import machine_memory
 from ..io.reader import ROW_BITS, ParsedCache, load_partition, plan_partitions, read_documents
 from .runindex import write_run_index
 from ..io.writer import StagedOutput, write_batches, write_json, write_partition
@@ -91,8 +93,10 @@ def run(inputs: list[str] | str, output: str | os.PathLike, config: Config | str
 
 def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> dict:
     report: dict = {}
-    with quiet_logs(), Executor(cfg.run.scheduler, cfg.run.workers, cfg.run.progress,
-                                gpus=backend.name == "gpu") as executor:
+    # past run.memory_limit, kept partitions and states spill beside the output (the staging folder's parent)
+    with quiet_logs(), Executor(cfg.run.scheduler, cfg.run.workers, cfg.run.progress, gpus=backend.name == "gpu",
+                                memory_limit=cfg.run.memory_limit,
+                                spill_dir=cfg.run.spill_dir or Path(out).parent) as executor:
         with timer("plan"):
             reserved = annotation_names(cfg.output.annotation_prefix)  # input columns must not have these names
             specs = plan_partitions([str(i) for i in inputs], cfg.input, report, reserved, executor.workers)
@@ -102,7 +106,8 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
         if backend.arrays is not None and not local:  # the workers count this run's copies from zero
             from ..device.arrays import process_ledger
             executor.client.run(process_ledger, backend.arrays.kind, True)
-        parsed = ParsedCache(_memory_bytes() // 8) if local else None
+        # the parses kept for the write: an eighth of the machine, a quarter of the run's budget at most
+        parsed = ParsedCache(min(machine_memory() // 8, executor.store.budget // 4)) if local else None
         ddf = read_documents(specs, cfg.input, reserved, local=local, cache=parsed)
         result = deduplicate(ddf, cfg, executor, backend, timer, _locator(specs))
         table = result.table
@@ -125,6 +130,8 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
         wall = time.perf_counter() - start
         summary = _summary(cfg, inputs, specs, report, result, timer, wall, backend.name, executor.description,
                            executor.workers)
+        if local:
+            summary["memory"] = executor.store.summary()
         if backend.arrays is not None:
             summary["device"] = _device_summary(backend.arrays, executor, result.fuzzy)
     write_json(summary, out / "summary.json")
@@ -172,14 +179,6 @@ def _clusters_of_part(state: dict, first_row: int) -> tuple:
 
 def _members_of_part(state: dict, first_row: int, *, bins, top_ids: list) -> tuple:
     return members_of_part(state["annotations"].select(REPORT_COLUMNS).to_pandas(), bins, top_ids)
-
-
-def _memory_bytes() -> int:
-    """This machine's physical memory (the parse cache keeps an eighth of it at most)."""
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):  # not POSIX: a conservative guess
-        return 8 << 30
 
 
 def _aliases(state: dict, first_row: int):

@@ -1,0 +1,135 @@
+"""Memory set by a budget, not by the corpus: the CLI as a user runs it (JSON Lines in, exact + fuzzy,
+process start to exit) at several corpus sizes, with the default budget and with ``run.memory_limit``.
+
+Corpus (own generator, fixed seed): Reuters-21578 bodies in groups of ``--group`` near-copies, each copy
+with 2% of its words replaced, each group made from a distinct pseudo-source (30% of the body's words
+replaced by words of that group), so that every document has the same number of near duplicates at every
+size (N copies of the same sources would make the pairs grow as N squared). ``--factors 10 40`` is
+about 10x and 40x the Reuters text.
+
+Per size and budget: documents, MB of text, seconds, MB/s per core, peak RSS of the process (GNU time's
+``%M``; the CLI runs one process with threads), the bytes spilled, and whether the annotations, aliases,
+edges and run index are byte-identical to the default-budget run of the same corpus.
+
+    python benchmarks/bench_outofcore.py --factors 10 40 --limits default 1GB
+    python benchmarks/bench_outofcore.py --factors 10 --limits default 200MB --out /tmp/ooc.json
+
+Writes ``benchmarks/results/bench_outofcore.json`` (``--out``). Not yet here: the command-line cluster
+(issue 31's point 6; ``bench_scale.py --cluster-factor`` runs one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import print_table, reuters_bodies, write_json  # noqa: E402
+
+TIME = "/usr/bin/time"
+
+
+def write_corpus(path: Path, factor: int, group: int = 10, edit: float = 0.02, source_edit: float = 0.3,
+                 seed: int = 0) -> dict:
+    """``factor`` x the Reuters bodies as JSON Lines: groups of ``group`` near-copies of distinct
+    pseudo-sources. Returns {"documents", "text_bytes"}."""
+    texts, _ = reuters_bodies()
+    words = [t.split() for t in texts]
+    rng = np.random.default_rng(seed)
+    n_groups = factor * len(texts) // group
+    docs = text_bytes = 0
+    with open(path, "w", encoding="utf-8") as fh:
+        for g in range(n_groups):
+            base = list(words[g % len(words)])
+            for i in rng.choice(len(base), max(1, int(source_edit * len(base))), replace=False):
+                base[i] = f"s{g}x{rng.integers(1 << 20)}"
+            n_edit = max(1, int(round(edit * len(base))))
+            for c in range(group):
+                copy = list(base)
+                for i in rng.choice(len(copy), n_edit, replace=False):
+                    copy[i] = f"e{rng.integers(1 << 30)}"
+                text = " ".join(copy)
+                fh.write(json.dumps({"id": f"{g}-{c}", "text": text}) + "\n")
+                docs += 1
+                text_bytes += len(text.encode())
+    return {"documents": docs, "text_bytes": text_bytes}
+
+
+def run_cli(src: Path, out: Path, limit: str | None) -> dict:
+    """``python -m gpucurate run`` under GNU time: seconds from spawn to exit, peak RSS, the summary."""
+    cmd = [sys.executable, "-m", "gpucurate", "run", "--input", str(src), "--output", str(out), "-q",
+           "--set", "semantic.enabled=false", "--set", "output.overwrite=true"]
+    if limit is not None:
+        cmd += ["--set", f"run.memory_limit={limit}"]
+    with tempfile.TemporaryDirectory() as tmp:
+        rss = Path(tmp) / "rss"
+        t0 = time.perf_counter()
+        proc = subprocess.run([TIME, "-f", "%M", "-o", str(rss), *cmd], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        seconds = time.perf_counter() - t0
+        if proc.returncode:
+            raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+        peak_mib = int(rss.read_text().split()[-1]) / 1024
+    return {"seconds": round(seconds, 2), "peak_rss_mib": round(peak_mib), "summary": json.loads(
+        (out / "summary.json").read_text())}
+
+
+def _outputs(out: Path) -> dict:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*.parquet"))}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--factors", type=int, nargs="+", default=[10, 40])
+    p.add_argument("--limits", nargs="+", default=["default", "1GB"], help="run.memory_limit values; "
+                                                                         "'default' leaves it unset")
+    p.add_argument("--group", type=int, default=10, help="near copies a pseudo-source")
+    p.add_argument("--work", default=None, help="folder for the corpora and outputs (default: a temporary one)")
+    p.add_argument("--out", default="benchmarks/results/bench_outofcore.json")
+    args = p.parse_args(argv)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    rows = []
+    with tempfile.TemporaryDirectory(dir=args.work) as work:
+        work = Path(work)
+        for factor in args.factors:
+            src = work / f"x{factor}.jsonl"
+            corpus = write_corpus(src, factor, args.group)
+            reference = None
+            for limit in args.limits:
+                out = work / f"out-x{factor}-{limit}"
+                got = run_cli(src, out, None if limit == "default" else limit)
+                memory = got["summary"].get("memory") or {}
+                files = _outputs(out)
+                reference = files if reference is None else reference
+                mb = corpus["text_bytes"] / 1e6
+                rows.append({"corpus": f"x{factor}", "memory_limit": limit, "documents": corpus["documents"],
+                             "text_mb": round(mb, 1), "seconds": got["seconds"],
+                             "mb_s_per_core": round(mb / got["seconds"] / cores, 2),
+                             "peak_rss_mib": got["peak_rss_mib"],
+                             "rss_per_text": round(got["peak_rss_mib"] * 2**20 / corpus["text_bytes"], 2),
+                             "spilled_mb": round(memory.get("spilled_bytes", 0) / 1e6),
+                             "fuzzy_duplicates": got["summary"]["stages"]["fuzzy"]["duplicates"],
+                             "same_output": files == reference})
+                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+                if limit != args.limits[0]:
+                    shutil.rmtree(out)
+    cols = ["corpus", "memory_limit", "documents", "text_mb", "seconds", "mb_s_per_core", "peak_rss_mib",
+            "rss_per_text", "spilled_mb", "fuzzy_duplicates", "same_output"]
+    print_table(rows, cols, f"gpucurate run, one process on {cores} cores: peak RSS against the memory budget")
+    write_json({"benchmark": "bench_outofcore", "date": time.strftime("%Y-%m-%d"), "cores": cores,
+                "group": args.group, "rows": rows}, args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,241 @@
+"""The host memory budget of a run on this process's threads: what it keeps between tasks (the persisted
+partitions and the partitions' states) stays in memory up to ``run.memory_limit``; past it the least
+recently used values go to disk, one file each in a spill folder, and come back when a task takes them.
+
+A stage never sees this: ``Executor.persist_tasks`` keeps each result here and hands on a task that loads
+it (``SpillStore.keep``). A run whose values fit never touches the disk. The spill folder
+(``gpucurate-spill-<pid>-<random>`` under ``run.spill_dir``) is created at the first spill and removed when
+the run ends or fails; a killed run's folder is removed by the next store made under the same directory.
+On a Dask cluster the workers' own memory managers do this (Dask's spilling to their local directory).
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+import os
+import pickle
+import re
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import weakref
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import OutputError
+from .failpoints import failpoint
+from .tasks import Task
+
+log = logging.getLogger("gpucurate")
+
+_PREFIX = "gpucurate-spill-"
+_HOST = re.sub(r"[^A-Za-z0-9]", "_", socket.gethostname())
+def machine_memory() -> int:
+    """This machine's physical memory in bytes."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not POSIX: a conservative guess
+        return 8 << 30
+
+
+def nbytes_of(value) -> int:
+    """Bytes a kept value holds: NumPy, pandas and Arrow buffers, containers summed; other objects by
+    ``sys.getsizeof``. Text in object columns is estimated from a sample (it is not walked)."""
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    if isinstance(value, dict):
+        return sum(nbytes_of(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(nbytes_of(v) for v in value)
+    nbytes = getattr(value, "nbytes", None)
+    if hasattr(value, "memory_usage") and hasattr(value, "columns"):  # a pandas DataFrame
+        return _frame_nbytes(value)
+    if isinstance(nbytes, (int, np.integer)):  # Arrow arrays and tables, pandas extension arrays
+        return int(nbytes)
+    return sys.getsizeof(value)
+
+
+def _frame_nbytes(frame) -> int:
+    total = int(frame.index.memory_usage())
+    for _, column in frame.items():
+        if column.dtype == object and len(column):
+            sample = column.iloc[:: max(1, len(column) // 256)]
+            total += int(sum(sys.getsizeof(v) for v in sample) / len(sample) * len(column)) + 8 * len(column)
+        else:
+            total += int(column.array.nbytes)
+    return total
+
+
+class _Kept:
+    """One kept value: in memory (``value``), on disk (``file[0]``, a path), or both after it came back.
+    ``file`` is a list so that the finalizer of a value gone can remove its file."""
+
+    __slots__ = ("value", "file", "nbytes", "lock", "__weakref__")
+
+    def __init__(self, value, nbytes: int):
+        self.value, self.file, self.nbytes = value, [None], nbytes
+        self.lock = threading.Lock()
+
+
+class SpillStore:
+    """Values kept for later tasks within ``budget`` bytes of memory; the rest on disk under ``root``.
+
+    Parameters
+    ----------
+    budget : bytes of kept values in memory; past it the least recently used others are written to disk.
+    root : the directory the spill folder is made in (created at the first spill).
+    """
+
+    def __init__(self, budget: int, root: str | os.PathLike | None = None):
+        self.budget = int(budget)
+        self.root = Path(root) if root is not None else Path(tempfile.gettempdir())
+        self.folder: Path | None = None
+        self._lock = threading.Lock()
+        self._lru: OrderedDict = OrderedDict()  # id -> weakref of the _Kept values in memory, oldest first
+        self._count = 0
+        self.memory_bytes = 0
+        self.peak_bytes = 0
+        self.spilled_bytes = 0
+        self.spills = 0
+        self.loads = 0
+        if self.root.is_dir():  # a killed run's folder goes at the next run, whether or not it spills
+            remove_stale(self.root)
+
+    def keep(self, value) -> Task:
+        """A task whose result is ``value``, kept in memory or on disk until no task refers to it."""
+        kept = _Kept(value, nbytes_of(value))
+        weakref.finalize(kept, _unlink, kept.file)  # its file goes with it
+        with self._lock:
+            self._admit(kept)
+            victims = self._victims(kept)
+        self._spill_all(victims)
+        return Task(self._load, (kept,), {})
+
+    def _load(self, kept: _Kept):
+        with kept.lock:
+            value = kept.value
+            if value is None:
+                with open(kept.file[0], "rb") as f:
+                    value = pickle.load(f)
+                kept.value = value
+                self.loads += 1
+                with self._lock:
+                    self._admit(kept)
+                    victims = self._victims(kept)
+            else:
+                with self._lock:
+                    if id(kept) in self._lru:
+                        self._lru.move_to_end(id(kept))
+                victims = []
+        self._spill_all(victims)
+        return value
+
+    def _admit(self, kept: _Kept) -> None:
+        key = id(kept)
+        self._lru[key] = weakref.ref(kept, functools.partial(self._gone, key, kept.nbytes))
+        self.memory_bytes += kept.nbytes
+        self.peak_bytes = max(self.peak_bytes, self.memory_bytes)
+
+    def _victims(self, newest: _Kept) -> list:
+        """The least recently used kept values to move to disk for ``memory_bytes`` to fit the budget (taken
+        out of the count here, under the lock; written by the caller)."""
+        victims = []
+        for key in list(self._lru):
+            if self.memory_bytes <= self.budget:
+                break
+            kept = self._lru[key]()
+            if kept is None or kept is newest:
+                continue
+            del self._lru[key]
+            self.memory_bytes -= kept.nbytes
+            victims.append(kept)
+        return victims
+
+    def _spill_all(self, victims: list) -> None:
+        for kept in victims:
+            with kept.lock:
+                if kept.value is None:
+                    continue
+                # a value that came back is written again: a task may have changed it in place
+                kept.file[0] = self._write(kept.value, kept.file[0])
+                kept.value = None
+                self.spills += 1
+                self.spilled_bytes += kept.nbytes
+            failpoint("spilled")
+
+    def _write(self, value, path: Path | None) -> Path:
+        folder = self._folder()
+        if path is None:
+            with self._lock:
+                self._count += 1
+                path = folder / f"{self._count}.pkl"
+        try:
+            with open(path, "wb") as f:
+                pickle.dump(value, f, protocol=5)
+        except OSError as exc:
+            path.unlink(missing_ok=True)
+            why = "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else exc.strerror or str(exc)
+            raise OutputError(f"cannot spill past run.memory_limit ({self.budget:,} bytes): {why}; set "
+                              f"run.spill_dir to a disk with room, or raise run.memory_limit", folder) from None
+        return path
+
+    def _folder(self) -> Path:
+        with self._lock:
+            if self.folder is None:
+                try:
+                    self.root.mkdir(parents=True, exist_ok=True)
+                    self.folder = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{_HOST}-{os.getpid()}-", dir=self.root))
+                except OSError as exc:
+                    raise OutputError(f"cannot make a spill folder: {exc.strerror or exc}", self.root) from None
+                log.info("memory: past run.memory_limit (%.0f MB), spilling to %s", self.budget / 1e6, self.folder)
+            return self.folder
+
+    def _gone(self, key: int, nbytes: int, ref) -> None:
+        """A kept value in memory that no task refers to any more: its bytes no longer count."""
+        with self._lock:
+            if self._lru.get(key) is ref:
+                del self._lru[key]
+                self.memory_bytes -= nbytes
+
+    def summary(self) -> dict:
+        """``summary.json``'s ``memory`` section."""
+        return {"limit": self.budget, "peak_kept_bytes": self.peak_bytes, "spilled_bytes": self.spilled_bytes,
+                "spills": self.spills, "loads": self.loads, "spill_dir": str(self.root)}
+
+    def close(self) -> None:
+        """Remove the spill folder (the run is over: no task will load from it)."""
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
+
+
+def _unlink(file: list) -> None:
+    if file[0] is not None:
+        file[0].unlink(missing_ok=True)
+
+
+def remove_stale(root: Path) -> None:
+    """Remove the spill folders under ``root`` of this host's processes that no longer run (a killed
+    run's)."""
+    for folder in root.glob(f"{_PREFIX}{_HOST}-*"):
+        found = re.fullmatch(rf"{_PREFIX}{re.escape(_HOST)}-(\d+)-\w+", folder.name)
+        if found and not _alive(int(found.group(1))):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,164 @@
+"""The host memory budget (``run.memory_limit``, ``engine.spill``): past it the kept partitions and states
+go to files and come back, with byte-identical output; the spill folder goes at the end, on failure and
+after a kill; a disk that refuses the spill is one clear error."""
+
+import errno
+import os
+import warnings
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import write_jsonl
+from gpucurate.config import load_config
+from gpucurate.engine import spill
+from gpucurate.engine.tasks import compute
+from gpucurate.errors import ConfigError, OutputError
+from gpucurate.workflows.run import run
+
+ROOT = Path(__file__).resolve().parents[1]
+QUIET = {"run.progress": False, "semantic.enabled": False}
+
+
+def _corpus(tmp_path, n=900, seed=3) -> Path:
+    """Near copies of 60 texts over many partitions (2 KB each), so that states spill and come back."""
+    rng = np.random.default_rng(seed)
+    vocab = [f"w{i}" for i in range(400)] + ["ёж", "über", "日本"]
+    bases = [list(rng.choice(vocab, rng.integers(12, 60))) for _ in range(60)]
+    records = []
+    for i in range(n):
+        words = list(bases[i % 60])
+        for _ in range(int(rng.integers(0, 3))):
+            words[int(rng.integers(len(words)))] = str(rng.choice(vocab))
+        records.append({"id": f"d{i}", "text": " ".join(words) if i % 9 else " ".join(rng.choice(vocab, 20))})
+    return write_jsonl(tmp_path / "docs.jsonl", records)
+
+
+@pytest.fixture(autouse=True)
+def _quiet_uint64_overflow():
+    with warnings.catch_warnings(), np.errstate(over="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
+def _files(out: Path) -> dict:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*.parquet"))}
+
+
+def _spill_folders(root: Path) -> list:
+    return sorted(p.name for p in root.glob("gpucurate-spill-*"))
+
+
+@pytest.mark.parametrize("backend, docs", [("cpu", 900), ("gpu", 150)])
+def test_a_tiny_budget_spills_everything_and_changes_nothing(tmp_path, backend, docs):
+    """With a 1-byte budget every kept partition and state goes to disk and comes back for each task: the
+    annotations, aliases, edges and run index are byte-identical to the run that kept them in memory (the
+    GPU backend in numba's CUDA simulator, whose host code overflows uint64 on purpose), and the spill
+    folder is gone at the end."""
+    src = _corpus(tmp_path, n=docs)
+    over = {**QUIET, "input.partition_bytes": 2048, "fuzzy.threshold": 0.6, "run.backend": backend}
+    kept = run([str(src)], tmp_path / "kept", overrides=over)
+    spilled = run([str(src)], tmp_path / "spilled", overrides={**over, "run.memory_limit": 1,
+                                                               "run.spill_dir": str(tmp_path / "spill")})
+    assert kept["memory"]["spills"] == 0 and kept["stages"]["input"]["partitions"] >= 8
+    memory = spilled["memory"]
+    assert memory["limit"] == 1 and memory["spills"] > kept["stages"]["input"]["partitions"]
+    assert memory["loads"] > 0 and memory["spilled_bytes"] > 0
+    assert spilled["stages"]["fuzzy"]["duplicates"] == kept["stages"]["fuzzy"]["duplicates"] > 0
+    assert _files(tmp_path / "spilled") == _files(tmp_path / "kept") != {}
+    assert _spill_folders(tmp_path / "spill") == []
+
+
+def test_store_keeps_within_its_budget(tmp_path):
+    store = spill.SpillStore(3000, tmp_path)
+    values = [np.full(250, i, np.int64) for i in range(4)]  # 2,000 bytes each
+    tasks = [store.keep(v) for v in values]
+    assert store.memory_bytes <= 3000 and store.spills == 3  # each newer value pushed the older ones out
+    folder = store.folder
+    assert folder.parent == tmp_path and len(list(folder.iterdir())) == 3
+    got = compute(tasks, 1)
+    assert all(np.array_equal(g, v) for g, v in zip(got, values))
+    # each value loaded pushes the least recently used out (written again: a task may have changed it)
+    assert store.loads == 4 and store.spills == 7
+    assert store.memory_bytes <= 3000 and store.peak_bytes <= 4000
+    frame = pd.DataFrame({"a": np.arange(100), "s": [f"text {i}" for i in range(100)]})
+    assert spill.nbytes_of({"f": frame, "x": (np.zeros(10), np.zeros(5, np.int32))}) > 800 + 100 * 8 + 100
+    del tasks, got
+    assert store.memory_bytes == 0 and list(folder.iterdir()) == []  # a value no task holds: memory and file gone
+    store.close()
+    assert not folder.exists()
+
+
+def test_stale_spill_folders_go_at_the_next_run(tmp_path):
+    """A folder of a process that no longer runs is removed when the next store is made there; another
+    live process's folder and unrelated folders stay."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f"gpucurate-spill-{spill._HOST}-{int(dead.stdout)}-abc123"
+    live = tmp_path / f"gpucurate-spill-{spill._HOST}-{os.getppid()}-def456"
+    other = tmp_path / "gpucurate-spill-notes"
+    for folder in (stale, live, other):
+        folder.mkdir()
+        (folder / "1.pkl").write_bytes(b"x")
+    spill.SpillStore(10, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
+
+
+def test_sigkill_while_spilling_leaves_nothing_the_next_run_keeps(tmp_path):
+    src = _corpus(tmp_path, n=300)
+    args = ["run", "--input", str(src), "--output", str(tmp_path / "out"), "-q", "--no-progress",
+            "--set", "semantic.enabled=false", "--set", "input.partition_bytes=2048", "--set", "run.memory_limit=1",
+            "--set", f"run.spill_dir={tmp_path / 'spill'}"]
+    code = f"import sys\nfrom gpucurate.cli import main\nsys.exit(main({args!r}))\n"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "GPUCURATE_FAILPOINT": "spilled"})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert len(_spill_folders(tmp_path / "spill")) == 1
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert _spill_folders(tmp_path / "spill") == [] and (tmp_path / "out" / "_SUCCESS").exists()
+
+
+def test_a_full_spill_disk_is_one_error_naming_the_folder(tmp_path, monkeypatch):
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(spill.pickle, "dump", full)
+    store = spill.SpillStore(1, tmp_path)
+    first = store.keep(np.zeros(10))  # noqa: F841 - held, so that the next value pushes it to the disk
+    with pytest.raises(OutputError, match=r"gpucurate-spill-.*: cannot spill past run.memory_limit \(1 bytes\): "
+                                          r"the disk is full; set run.spill_dir"):
+        store.keep(np.ones(10))
+    store.close()
+    assert _spill_folders(tmp_path) == []
+
+
+def test_a_spill_dir_that_cannot_be_made_keeps_the_previous_output(tmp_path, capsys):
+    from gpucurate.cli import main
+    src = _corpus(tmp_path, n=200)
+    out = tmp_path / "out"
+    args = ["run", "--input", str(src), "--output", str(out), "-q", "--no-progress", "--set", "semantic.enabled=false"]
+    assert main(args) == 0
+    before = _files(out)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    code = main(args + ["--set", "output.overwrite=true", "--set", "run.memory_limit=1",
+                        "--set", f"run.spill_dir={blocker / 'spill'}"])
+    err = capsys.readouterr().err
+    assert code == 1 and "cannot make a spill folder" in err and str(blocker / "spill") in err, err
+    assert _files(out) == before
+
+
+@pytest.mark.parametrize("value, expected", [(2_000_000_000, 2_000_000_000), ("2GB", 2 * 10**9),
+                                             ("512MiB", 512 << 20), ("1.5 gb", 1_500_000_000), ("64kb", 64_000)])
+def test_memory_limit_sizes(value, expected):
+    assert load_config(None, {"run.memory_limit": value}).run.memory_limit == expected
+
+
+@pytest.mark.parametrize("value", ["lots", "2 parsecs", 0, -5, True, "0MB"])
+def test_bad_memory_limit_names_the_key(value):
+    with pytest.raises(ConfigError, match="run.memory_limit"):
+        load_config(None, {"run.memory_limit": value})
