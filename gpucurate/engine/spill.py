@@ -124,8 +124,8 @@ class SpillStore:
                 with open(kept.file[0], "rb") as f:
                     value = pickle.load(f)
                 kept.value = value
-                self.loads += 1
                 with self._lock:
+                    self.loads += 1
                     self._admit(kept)
                     victims = self._victims(kept)
             else:
