@@ -162,3 +162,32 @@ def test_memory_limit_sizes(value, expected):
 def test_bad_memory_limit_names_the_key(value):
     with pytest.raises(ConfigError, match="run.memory_limit"):
         load_config(None, {"run.memory_limit": value})
+
+
+def _concat_bucket(pieces) -> np.ndarray:
+    return np.concatenate([p[0] for p in pieces])
+
+
+def _split_mod(values: np.ndarray, n_buckets: int) -> tuple:
+    from gpucurate.engine.shuffle import by_bucket
+    return by_bucket(values % n_buckets, n_buckets, values)
+
+
+def test_exchange_pieces_spill_and_come_back(tmp_path):
+    """An exchange's pieces are kept by the store as each split finishes: past the budget each goes to disk
+    and comes back to its bucket task, with the buckets unchanged."""
+    from gpucurate.engine.executor import Executor
+    from gpucurate.engine.shuffle import exchange
+    from gpucurate.engine.tasks import delayed
+    inputs = [(np.arange(p * 100, p * 100 + 100, dtype=np.int64),) for p in range(4)]
+    got = {}
+    for limit in (None, 1):
+        with Executor(workers=2, progress=False, memory_limit=limit, spill_dir=tmp_path) as executor:
+            pieces = exchange(executor, _split_mod, inputs, 3)
+            got[limit] = executor.compute([delayed(_concat_bucket)(pieces[b]) for b in range(3)], "buckets")
+            got[limit, "spills"] = executor.store.spills
+    assert got[None, "spills"] == 0 and got[1, "spills"] >= 4 * 3 - 1  # all but the newest piece
+    for b in range(3):
+        assert np.array_equal(got[1][b], got[None][b])
+        assert np.array_equal(got[None][b], np.sort(np.arange(400)[np.arange(400) % 3 == b]))
+    assert _spill_folders(tmp_path) == []

@@ -164,6 +164,12 @@ class Spillable:
     def _host_arrays(self) -> list:
         return [None if a is None else self.dev.to_host(a) for a in _flatten(self._value)[1]]
 
+    @property
+    def host_nbytes(self) -> int:
+        """Bytes it holds in host memory (its ``nbytes`` while spilled, else none): what the host memory
+        budget (``engine.spill``) counts for it."""
+        return self.nbytes if self._host is not None else 0
+
     def __sizeof__(self) -> int:
         """What a Dask worker's memory manager counts for it, on the device or in host memory (Dask's
         ``sizeof`` falls back to ``sys.getsizeof``, so no registration, and no Dask import, is needed)."""

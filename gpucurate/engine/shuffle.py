@@ -20,8 +20,9 @@ def exchange(executor, split, inputs: list, n_buckets: int, *args, desc: str = "
 
     Parameters
     ----------
-    executor : the run's ``Executor``. In one process the splits are computed first and their pieces
-        handed on as values: built from lazy splits, every bucket task's graph merged and culled all the
+    executor : the run's ``Executor``. In one process the splits are computed first and their pieces kept
+        by the executor's ``SpillStore`` (in memory within ``run.memory_limit``, else on disk until a bucket
+        task takes them): built from lazy splits, every bucket task's graph merged and culled all the
         splits' graphs (this dask does that for each delayed call), which took minutes at 150 partitions x
         94 buckets. On a cluster the splits stay lazy tasks of the bucket tasks' graphs.
     split : ``split(*item, n_buckets, *args) -> tuple`` of ``n_buckets`` pieces (run once per item).
@@ -29,14 +30,20 @@ def exchange(executor, split, inputs: list, n_buckets: int, *args, desc: str = "
 
     Returns
     -------
-    ``pieces[b]``: the ``b``-th piece of every item, in input order (the pieces themselves in one process,
-    delayed objects on a cluster).
+    ``pieces[b]``: the ``b``-th piece of every item, in input order (tasks that load the kept pieces in
+    one process, delayed objects on a cluster).
     """
-    if executor.client is None:
-        split_parts = executor.values_here([delayed(split)(*item, n_buckets, *args) for item in inputs], desc)
+    if executor.client is None:  # each split's pieces kept as it finishes: within run.memory_limit, or on disk
+        split_parts = executor.values_here([delayed(_split_kept)(executor.store, split, item, n_buckets, args)
+                                            for item in inputs], desc)
     else:
         split_parts = [delayed(split, nout=n_buckets)(*item, n_buckets, *args) for item in inputs]
     return [[part[b] for part in split_parts] for b in range(n_buckets)]
+
+
+def _split_kept(store, split, item: tuple, n_buckets: int, args: tuple) -> list:
+    """``split``'s pieces of one item, each kept in ``store`` (``SpillStore``): tasks that load them."""
+    return [store.keep(piece) for piece in split(*item, n_buckets, *args)]
 
 
 def by_bucket(bucket: np.ndarray, n_buckets: int, *columns) -> tuple:

@@ -53,6 +53,9 @@ def nbytes_of(value) -> int:
         return sum(nbytes_of(v) for v in value.values())
     if isinstance(value, (list, tuple)):
         return sum(nbytes_of(v) for v in value)
+    host = getattr(value, "host_nbytes", None)  # a value whose buffers may be elsewhere (device arrays)
+    if host is not None:
+        return int(host)
     nbytes = getattr(value, "nbytes", None)
     if hasattr(value, "memory_usage") and hasattr(value, "columns"):  # a pandas DataFrame
         return _frame_nbytes(value)
