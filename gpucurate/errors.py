@@ -65,3 +65,11 @@ class SinkError(GpucurateError):
     """
 
     exit_code = 1
+
+
+class WorkerLostError(GpucurateError):
+    """A Dask worker died while running the command's tasks (killed, or past its memory limit): the
+    environment's limit, not a bug; the message names the step, the workers' memory limit and what to
+    change."""
+
+    exit_code = 1

@@ -123,3 +123,27 @@ def test_components_on_dask_equal_the_union_find():
             # the same partition of the rows, each labelled by its smallest row
             mins = pd.Series(np.arange(n)).groupby(expected).transform("min").to_numpy()
             assert np.array_equal(got, mins)
+
+
+def _die():
+    import os
+    os._exit(1)
+
+
+def test_a_worker_that_dies_is_an_environment_error(tmp_path, monkeypatch):
+    """A worker killed under a task (as by the kernel's OOM killer) is one ``WorkerLostError`` (exit 1)
+    naming the step and the workers' memory limit, not an internal error with a ``KilledWorker`` trace."""
+    import dask
+    import distributed
+    from gpucurate.engine.executor import Executor
+    from gpucurate.engine.tasks import delayed
+    from gpucurate.errors import WorkerLostError
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
+            distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+                                     host="127.0.0.1", memory_limit="1.5GB") as cluster, \
+            Executor(cluster.scheduler_address, progress=False) as executor:
+        for step in (executor.compute, executor.persist_tasks):
+            with pytest.raises(WorkerLostError, match=r"a Dask worker died during 'dedup: boom' \(memory limit "
+                                                      r"1\.50 GB per worker\): it was killed or ran out of memory"):
+                step([delayed(_die)()], "dedup: boom")
+    assert WorkerLostError.exit_code == 1

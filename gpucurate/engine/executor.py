@@ -13,7 +13,7 @@ import os
 import sys
 from contextlib import contextmanager
 
-from ..errors import ConfigError
+from ..errors import ConfigError, WorkerLostError
 from .partitions import Partitions
 from .spill import SpillStore, machine_memory
 from .tasks import compute, holds_dask, to_dask
@@ -102,6 +102,7 @@ class Executor:
             except (OSError, TimeoutError) as exc:
                 raise ConfigError(f"cannot connect to Dask scheduler {scheduler}: {str(exc).splitlines()[0]}") from None
             self.workers = max(1, sum(self.client.nthreads().values()))
+            self._limits_at_start = self._read_limits()
             from .worker_plugin import TrimMemory
             self.client.register_plugin(TrimMemory(), name="gpucurate-trim-memory")
 
@@ -125,7 +126,36 @@ class Executor:
 
     def compute(self, tasks: list, desc: str) -> list:
         """Compute delayed ``tasks``; return their results in order (to this process)."""
-        return self._compute(tasks, desc)
+        with self._worker_deaths(desc):
+            return self._compute(tasks, desc)
+
+    @contextmanager
+    def _worker_deaths(self, desc: str):
+        """A worker that died under the step (Dask's ``KilledWorker``: killed, or out of memory) as one
+        ``WorkerLostError`` naming the step and the workers' memory limit."""
+        try:
+            yield
+        except Exception as exc:
+            if self.client is None or type(exc).__name__ != "KilledWorker":
+                raise
+            raise WorkerLostError(f"a Dask worker died during '{desc}' ({self._worker_limits()}): it was killed or "
+                                  f"ran out of memory; give the workers more memory (dask worker --memory-limit) "
+                                  f"or make partitions smaller (--set input.partition_bytes=...)") from None
+
+    def _read_limits(self) -> list:
+        """The workers' memory limits now (0: none), [] when none is there or the scheduler does not answer."""
+        try:
+            return sorted({w.get("memory_limit") or 0 for w in self.client.scheduler_info()["workers"].values()})
+        except Exception:  # noqa: BLE001 - the scheduler may be gone too
+            return []
+
+    def _worker_limits(self) -> str:
+        limits = self._read_limits() or self._limits_at_start  # a dead worker's replacement may not be up yet
+        if not limits:
+            return "memory limit unknown"
+        if limits == [0]:
+            return "workers without a memory limit"
+        return "memory limit " + " / ".join(f"{v / 1e9:.2f} GB" for v in limits if v) + " per worker"
 
     def _compute(self, tasks: list, desc: str) -> list:
         if not tasks:
@@ -148,7 +178,7 @@ class Executor:
         """Compute ``tasks`` a few at a time (twice the threads), yielding results in order: for results
         that together would not fit in this process."""
         step = max(1, 2 * self.workers)
-        with _bar(len(tasks), desc, "part", self.progress) as bar:
+        with _bar(len(tasks), desc, "part", self.progress) as bar, self._worker_deaths(desc):
             for start in range(0, len(tasks), step):
                 batch = tasks[start:start + step]
                 if self.client is None:
@@ -167,8 +197,9 @@ class Executor:
             with _dask_progress(desc, self.progress):
                 return collection.persist(scheduler=_threads, num_workers=self.workers)
         from distributed import futures_of
-        persisted = self.client.persist(collection)
-        self._wait(futures_of(persisted), desc)
+        with self._worker_deaths(desc):
+            persisted = self.client.persist(collection)
+            self._wait(futures_of(persisted), desc)
         return persisted
 
     def persist_tasks(self, tasks: list, desc: str) -> list:
@@ -177,8 +208,9 @@ class Executor:
         if self.client is None:  # the results stay here, in memory up to the budget, then on disk
             return [self.store.keep(r) for r in self._compute(tasks, desc)]
         from distributed import futures_of
-        persisted = self.client.persist(to_dask(tasks))
-        self._wait([f for t in persisted for f in futures_of(t)], desc)
+        with self._worker_deaths(desc):
+            persisted = self.client.persist(to_dask(tasks))
+            self._wait([f for t in persisted for f in futures_of(t)], desc)
         return persisted
 
     def values_here(self, tasks: list, desc: str) -> list:
@@ -192,7 +224,9 @@ class Executor:
         the step that started them."""
         from distributed import as_completed
         with _bar(len(futures), desc, "part", self.progress) as bar:
-            for _ in as_completed(futures):
+            for future in as_completed(futures):
+                if future.status == "error":  # raised here, by the step that ran it
+                    raise future.exception()
                 bar.update(1)
 
     def threads_per_task(self, n_tasks: int) -> int:
