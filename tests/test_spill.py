@@ -54,14 +54,14 @@ def _spill_folders(root: Path) -> list:
     return sorted(p.name for p in root.glob("gpucurate-spill-*"))
 
 
-@pytest.mark.parametrize("backend, docs", [("cpu", 900), ("gpu", 150)])
-def test_a_tiny_budget_spills_everything_and_changes_nothing(tmp_path, backend, docs):
+@pytest.mark.parametrize("backend, docs, partition_bytes", [("cpu", 900, 8192), ("gpu", 150, 2048)])
+def test_a_tiny_budget_spills_everything_and_changes_nothing(tmp_path, backend, docs, partition_bytes):
     """With a 1-byte budget every kept partition and state goes to disk and comes back for each task: the
     annotations, aliases, edges and run index are byte-identical to the run that kept them in memory (the
     GPU backend in numba's CUDA simulator, whose host code overflows uint64 on purpose), and the spill
-    folder is gone at the end."""
+    folder is gone at the end. On the CPU the fuzzy stage then runs by exchanges (``fuzzy_exchange``)."""
     src = _corpus(tmp_path, n=docs)
-    over = {**QUIET, "input.partition_bytes": 2048, "fuzzy.threshold": 0.6, "run.backend": backend}
+    over = {**QUIET, "input.partition_bytes": partition_bytes, "fuzzy.threshold": 0.6, "run.backend": backend}
     kept = run([str(src)], tmp_path / "kept", overrides=over)
     spilled = run([str(src)], tmp_path / "spilled", overrides={**over, "run.memory_limit": 1,
                                                                "run.spill_dir": str(tmp_path / "spill")})
@@ -70,6 +70,9 @@ def test_a_tiny_budget_spills_everything_and_changes_nothing(tmp_path, backend, 
     assert memory["limit"] == 1 and memory["spills"] > kept["stages"]["input"]["partitions"]
     assert memory["loads"] > 0 and memory["spilled_bytes"] > 0
     assert spilled["stages"]["fuzzy"]["duplicates"] == kept["stages"]["fuzzy"]["duplicates"] > 0
+    assert spilled["stages"]["fuzzy"]["candidate_pairs"] == kept["stages"]["fuzzy"]["candidate_pairs"]
+    assert spilled["stages"]["fuzzy"].get("lsh") == ("exchange" if backend == "cpu" else None)
+    assert "lsh" not in kept["stages"]["fuzzy"]
     assert _files(tmp_path / "spilled") == _files(tmp_path / "kept") != {}
     assert _spill_folders(tmp_path / "spill") == []
 
@@ -83,8 +86,9 @@ def test_store_keeps_within_its_budget(tmp_path):
     assert folder.parent == tmp_path and len(list(folder.iterdir())) == 3
     got = compute(tasks, 1)
     assert all(np.array_equal(g, v) for g, v in zip(got, values))
-    # each value loaded pushes the least recently used out (written again: a task may have changed it)
-    assert store.loads == 4 and store.spills == 7
+    # each value loaded pushes the least recently used out: dropped, its file still there (written once)
+    assert store.loads == 4 and store.spills == 4  # every value written once
+    assert not got[0].flags.writeable  # a value read back is frozen: changing it in place would be lost
     assert store.memory_bytes <= 3000 and store.peak_bytes <= 4000
     frame = pd.DataFrame({"a": np.arange(100), "s": [f"text {i}" for i in range(100)]})
     assert spill.nbytes_of({"f": frame, "x": (np.zeros(10), np.zeros(5, np.int32))}) > 800 + 100 * 8 + 100
@@ -191,3 +195,19 @@ def test_exchange_pieces_spill_and_come_back(tmp_path):
         assert np.array_equal(got[1][b], got[None][b])
         assert np.array_equal(got[None][b], np.sort(np.arange(400)[np.arange(400) % 3 == b]))
     assert _spill_folders(tmp_path) == []
+
+
+def test_the_fuzzy_exchanges_do_not_depend_on_the_partitions(tmp_path):
+    """The fuzzy stage by exchanges (a budget under its shingle sets) gives the driver path's annotations
+    and edges at other partitionings too."""
+    from conftest import read_annotations
+    import pyarrow.parquet as pq
+    src = _corpus(tmp_path, n=600, seed=5)
+    over = {**QUIET, "fuzzy.threshold": 0.6}
+    run([str(src)], tmp_path / "driver", overrides=over)
+    for size in (3000, 20000):
+        out = tmp_path / f"exchange-{size}"
+        summary = run([str(src)], out, overrides={**over, "input.partition_bytes": size, "run.memory_limit": "100kB"})
+        assert summary["stages"]["fuzzy"]["lsh"] == "exchange"
+        pd.testing.assert_frame_equal(read_annotations(out), read_annotations(tmp_path / "driver"))
+        assert pq.read_table(out / "edges.parquet").equals(pq.read_table(tmp_path / "driver" / "edges.parquet"))

@@ -126,6 +126,7 @@ class SpillStore:
             if value is None:
                 with open(kept.file[0], "rb") as f:
                     value = pickle.load(f)
+                _freeze(value)  # as on disk: evicted again, it is dropped, not written again
                 kept.value = value
                 with self._lock:
                     self.loads += 1
@@ -165,19 +166,18 @@ class SpillStore:
             with kept.lock:
                 if kept.value is None:
                     continue
-                # a value that came back is written again: a task may have changed it in place
-                kept.file[0] = self._write(kept.value, kept.file[0])
+                if kept.file[0] is None:  # written once; one that came back is the file's (frozen)
+                    kept.file[0] = self._write(kept.value)
+                    self.spills += 1
+                    self.spilled_bytes += kept.nbytes
                 kept.value = None
-                self.spills += 1
-                self.spilled_bytes += kept.nbytes
             failpoint("spilled")
 
-    def _write(self, value, path: Path | None) -> Path:
+    def _write(self, value) -> Path:
         folder = self._folder()
-        if path is None:
-            with self._lock:
-                self._count += 1
-                path = folder / f"{self._count}.pkl"
+        with self._lock:
+            self._count += 1
+            path = folder / f"{self._count}.pkl"
         try:
             with open(path, "wb") as f:
                 pickle.dump(value, f, protocol=5)
@@ -216,6 +216,19 @@ class SpillStore:
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
             self.folder = None
+
+
+def _freeze(value) -> None:
+    """Make the NumPy arrays of a value read from disk read-only: a task that changed one in place would
+    otherwise lose the change when the value is dropped again (it fails instead)."""
+    if isinstance(value, np.ndarray):
+        value.flags.writeable = False
+    elif isinstance(value, dict):
+        for v in value.values():
+            _freeze(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _freeze(v)
 
 
 def _unlink(file: list) -> None:

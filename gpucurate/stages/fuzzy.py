@@ -242,9 +242,45 @@ class FuzzyDedup:
                 return self._run_dask(ddf, table, participants, keys, executor, resident)
             table = table.without(executor, "fuzzy: sketches", "sketch")
             result = self._run_resident(keys, _gathered(participants, executor), resident, sketches)
+        elif self._sets_exceed(table, executor):
+            return self._run_exchange(ddf, table, participants, keys, executor)
         else:
             result = self.run(ddf, keys, _gathered(participants, executor), executor)
         return self._scatter(table, result, executor), result
+
+    def _sets_exceed(self, table: DocParts, executor: Executor) -> bool:
+        """Whether the shingle sets of the run's text would take more than half of ``run.memory_limit`` in
+        this process: the LSH and verification then run by exchanges between the partition tasks
+        (``fuzzy_exchange``), with the same result, instead of on all the sketches at once."""
+        from .fuzzy_exchange import estimated_sketch_bytes
+        if executor.client is not None or self.backend.name != "cpu" or self.cfg.lsh != "auto" or \
+                self.cfg.method != "minhash" or not self.cfg.verify or self.cfg.boilerplate:
+            return False
+        estimate = estimated_sketch_bytes(table.text_bytes, self.cfg.shingle)
+        if estimate <= executor.store.budget // 2:
+            return False
+        log.info("fuzzy: the shingle sets (about %.0f MB) exceed half of run.memory_limit (%.0f MB): LSH and "
+                 "verification by exchanges between the partitions", estimate / 1e6, executor.store.budget / 1e6)
+        return True
+
+    def _run_exchange(self, ddf, table: DocParts, participants: list, keys, executor: Executor):
+        """``_sets_exceed``'s path: candidates and scores by ``fuzzy_exchange``, components on this process's
+        edge list, canonicals sent back to the partitions."""
+        from .fuzzy_dask import gather_edges
+        from .fuzzy_exchange import exchange_candidates
+        t0 = time.perf_counter()
+        scored, n_pairs, sets = exchange_candidates(ddf, table, participants, self.params(), self.backend,
+                                                    self.cfg, executor)
+        steps = {"lsh+verify": time.perf_counter() - t0}
+        t0 = time.perf_counter()
+        rows = np.flatnonzero(_gathered(participants, executor)).astype(np.int64)
+        pi, pj, scores = gather_edges(scored, executor)
+        result = self._cluster_edges(table, keys, rows, pi, pj, scores, sets, executor)
+        table = self._scatter(table, result, executor)
+        steps["cluster"] = time.perf_counter() - t0
+        result.stats.update(lsh="exchange", components="driver", candidate_pairs=n_pairs,
+                            step_seconds={k: round(v, 4) for k, v in steps.items()})
+        return table, result
 
     def _sketches_exceed(self, sketches: list, resident) -> bool:
         """Whether the partitions' device ``sketches`` take more than half of ``run.device_memory``: the LSH

@@ -1,0 +1,163 @@
+"""The fuzzy stage's LSH and verification as the engine's bucketed exchanges, for a run on local threads whose
+shingle sets would not fit its memory budget (``run.memory_limit``): no step holds the corpus' sketches.
+
+1. each partition's participants are sketched once; its band keys and shingle sets are kept where the
+   engine keeps a partition's state (``Executor.persist_tasks``: in memory within the budget, else on disk);
+2. the band entries ``(key, row)`` go to bucket ``key % P``; each bucket sorts its entries by
+   ``(key, row)`` and emits its pairs by ``pairs.bucket_pairs``' rule, packed ``i << 32 | j``, to the
+   partition of ``j``;
+3. there the repeats are dropped and ``j``'s set is sent once to each partition holding an ``i`` of its
+   pairs, with those pairs;
+4. there each pair is scored against ``i``'s set (exact Jaccard), one frame ``(i, j, score)`` a partition.
+
+The pieces between the steps are kept by the engine too (``engine.shuffle.exchange``), so past the budget
+they wait on disk. The candidate pairs and scores are the driver path's (``FuzzyDedup.run``), so the
+components, canonicals and output are byte-identical. The CPU counterpart of ``device.distributed``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..engine.executor import Executor
+from ..engine.partitions import Partitions
+from ..engine.shuffle import by_bucket, exchange
+from ..engine.tasks import delayed, value
+from .fuzzy_dask import SCORED_META, aligned_scores
+from .sketches import FuzzyParams, signature_partition
+
+_LOW = np.uint64(0xFFFFFFFF)
+_SHIFT = np.uint64(32)
+
+
+def _sketch(part: pd.DataFrame, mask, first_row: int, params: FuzzyParams, backend) -> dict:
+    """The partition's participants: ``rows`` (table rows, ascending), band ``keys`` uint64[m, bands] and
+    their shingle sets as CSR ``offsets`` int64[m + 1], ``values`` uint64."""
+    mask = np.asarray(mask, bool)
+    keys, offsets, values, _ = signature_partition(part, mask, params, backend)
+    return {"rows": first_row + np.flatnonzero(mask).astype(np.int64), "keys": keys, "offsets": offsets,
+            "values": values}
+
+
+def _owners(part_offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    return np.searchsorted(part_offsets[1:], rows, side="right").astype(np.int64)
+
+
+def _band_split(sk: dict, n_buckets: int) -> tuple:
+    """The band entries ``(key, row)`` of the participants with shingles (an empty set shares no bucket,
+    as on the driver path), one piece per bucket ``key % n_buckets``."""
+    has = np.diff(sk["offsets"]) > 0
+    keys = sk["keys"][has]
+    flat = keys.reshape(-1)
+    rows = np.repeat(sk["rows"][has], keys.shape[1])
+    return by_bucket((flat % np.uint64(n_buckets)).astype(np.int64), n_buckets, flat, rows)
+
+
+def _bucket_pairs(pieces: list, n_parts: int, max_bucket: int, anchors: int, part_offsets: np.ndarray,
+                  bucket_pairs) -> tuple:
+    """One bucket's distinct candidate pairs, packed ``i << 32 | j``, one piece per partition of ``j``."""
+    keys = np.concatenate([p[0] for p in pieces]) if pieces else np.empty(0, np.uint64)
+    rows = np.concatenate([p[1] for p in pieces]) if pieces else np.empty(0, np.int64)
+    order = np.lexsort((rows, keys))
+    packed = np.unique(bucket_pairs(keys[order], rows[order], max_bucket, anchors)) if len(keys) else \
+        np.empty(0, np.uint64)
+    return by_bucket(_owners(part_offsets, (packed & _LOW).astype(np.int64)), n_parts, packed)
+
+
+def _pairs_split(pairs: pd.DataFrame, n_parts: int, part_offsets: np.ndarray) -> tuple:
+    """Given pairs of table rows ``(i, j)``, packed, one piece per partition of ``j``."""
+    i, j = pairs["i"].to_numpy(np.int64), pairs["j"].to_numpy(np.int64)
+    packed = (i.astype(np.uint64) << _SHIFT) | j.astype(np.uint64)
+    return by_bucket(_owners(part_offsets, j), n_parts, packed)
+
+
+def _take_sets(offsets: np.ndarray, values: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The CSR sets ``idx`` of ``(offsets, values)``: their lengths and their values, concatenated."""
+    starts, lengths = offsets[idx], offsets[idx + 1] - offsets[idx]
+    total = int(lengths.sum())
+    within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return lengths, values[np.repeat(starts, lengths) + within]
+
+
+def _send_sets(pieces: list, sk: dict, n_parts: int, part_offsets: np.ndarray) -> list:
+    """At the partition of ``j``: its distinct pairs, and the set of each ``j`` once per partition of the
+    ``i``'s it pairs with; one piece ``(i, j, sent_j, set lengths, set values)`` per partition of ``i``."""
+    packed = np.unique(np.concatenate([p[0] for p in pieces])) if pieces else np.empty(0, np.uint64)
+    i, j = (packed >> _SHIFT).astype(np.int64), (packed & _LOW).astype(np.int64)
+    dest = _owners(part_offsets, i)
+    sent = np.unique((dest.astype(np.uint64) << _SHIFT) | j.astype(np.uint64))  # (dest, j) once, in order
+    sent_dest, sent_j = (sent >> _SHIFT).astype(np.int64), (sent & _LOW).astype(np.int64)
+    lengths, values = _take_sets(sk["offsets"], sk["values"], np.searchsorted(sk["rows"], sent_j))
+    value_dest = np.repeat(sent_dest, lengths)
+    pairs = by_bucket(dest, n_parts, i, j)
+    sets = by_bucket(sent_dest, n_parts, sent_j, lengths)
+    set_values = by_bucket(value_dest, n_parts, values)
+    return [(*p, *s, *v) for p, s, v in zip(pairs, sets, set_values)]
+
+
+def _verify(pieces: list, sk: dict, jaccard_pairs) -> pd.DataFrame:
+    """The exact Jaccard of the pairs whose ``i`` is in this partition (``j``'s sets received), a frame
+    ``(i, j, score)`` sorted by ``(i, j)``."""
+    i, j, sent_j, lengths, values = (np.concatenate([p[k] for p in pieces]) for k in range(5))
+    own = len(sk["rows"])
+    # one CSR: this partition's sets, then the received ones (sent_j ascending: the pieces in row order)
+    offsets = np.concatenate([sk["offsets"], sk["offsets"][-1] + np.cumsum(lengths)]).astype(np.int64)
+    scores = jaccard_pairs(offsets, np.concatenate([sk["values"], values]),
+                           np.searchsorted(sk["rows"], i).astype(np.int64),
+                           (own + np.searchsorted(sent_j, j)).astype(np.int64))
+    order = np.lexsort((j, i))
+    return pd.DataFrame({"i": i[order], "j": j[order], "score": scores[order]})
+
+
+def estimated_sketch_bytes(text_bytes: int, shingle: str) -> int:
+    """What the sketches of ``text_bytes`` of text hold: about one 8-byte hash a word (word shingles, a word
+    and its space about 6 bytes) or a character (character shingles), and the band keys."""
+    return int(text_bytes * (1.5 if shingle == "word" else 8))
+
+
+class KeptSets:
+    """Scores of given pairs of table rows against the kept sketches' sets (the counterpart of
+    ``fuzzy_dask.HostSets`` for ``_cluster_edges``)."""
+
+    def __init__(self, sketches: list, jaccard_pairs):
+        self.sketches, self.jaccard_pairs = sketches, jaccard_pairs
+
+    def scored(self, table, executor: Executor, to_owner: list, desc: str) -> list:
+        """Persisted frames ``(i, j, score)`` per partition of ``i``, of the packed pairs in ``to_owner``
+        (per partition of ``j``, its pieces)."""
+        n_parts, offs = table.npartitions, table.part_offsets
+        to_verifier = exchange(executor, _send_sets, [(to_owner[q], self.sketches[q]) for q in range(n_parts)],
+                               n_parts, offs, desc=f"{desc}: send sets")
+        return executor.persist_tasks([delayed(_verify)(to_verifier[r], self.sketches[r], self.jaccard_pairs)
+                                       for r in range(n_parts)], desc)
+
+    def pair_scores(self, table, executor: Executor, pi: np.ndarray, pj: np.ndarray) -> np.ndarray:
+        """float64 score of each pair ``(pi[k], pj[k])`` of table rows, in their order."""
+        if len(pi) == 0:
+            return np.empty(0, np.float64)
+        frames = [value(pd.DataFrame({"i": i, "j": j})) for i, j in
+                  by_bucket(_owners(table.part_offsets, pj), table.npartitions, pi.astype(np.int64),
+                            pj.astype(np.int64))]
+        to_owner = exchange(executor, _pairs_split, [(f,) for f in frames], table.npartitions, table.part_offsets,
+                            desc="fuzzy: pairs to their sets")
+        scored = executor.compute(self.scored(table, executor, to_owner, "fuzzy: similarity to canonicals"),
+                                  "fuzzy: similarity to canonicals")
+        return aligned_scores(pd.concat(scored, ignore_index=True), pi, pj)
+
+
+def exchange_candidates(ddf, table, participants: list, params: FuzzyParams, backend, cfg, executor: Executor):
+    """The scored candidate pairs of the participants (per partition a (delayed) bool mask of its rows):
+    ``(scored, n_pairs, sets)`` like ``fuzzy_dask.distributed_candidates``, ``scored`` a ``Partitions`` of
+    frames ``(i, j, score)`` by partition of ``i``, ``sets`` the ``KeptSets`` that scores other pairs."""
+    n_parts, offs = table.npartitions, table.part_offsets
+    sketches = executor.persist_tasks([delayed(_sketch)(part, participants[p], int(offs[p]), params, backend)
+                                       for p, part in enumerate(ddf.to_delayed())], "fuzzy: minhash")
+    bands = exchange(executor, _band_split, [(s,) for s in sketches], n_parts, desc="fuzzy: band entries")
+    to_owner = exchange(executor, _bucket_pairs, [(b,) for b in bands], n_parts, cfg.max_bucket_size,
+                        cfg.bucket_anchors, offs, backend.pairs.bucket_pairs, desc="fuzzy: candidate pairs")
+    del bands  # their pieces go as soon as their bucket task has run
+    sets = KeptSets(sketches, backend.pairs.jaccard_pairs)
+    scored = sets.scored(table, executor, to_owner, "fuzzy: verify")
+    n_pairs = int(sum(executor.compute([delayed(len)(f) for f in scored], "fuzzy: count pairs")))
+    return Partitions(scored, SCORED_META), n_pairs, sets
