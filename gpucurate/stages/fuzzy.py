@@ -243,7 +243,7 @@ class FuzzyDedup:
             table = table.without(executor, "fuzzy: sketches", "sketch")
             result = self._run_resident(keys, _gathered(participants, executor), resident, sketches)
         elif self._sets_exceed(table, executor):
-            return self._run_exchange(ddf, table, participants, keys, executor)
+            return self._run_dask(ddf, table, participants, keys, executor, by_exchange=True)
         else:
             result = self.run(ddf, keys, _gathered(participants, executor), executor)
         return self._scatter(table, result, executor), result
@@ -263,25 +263,6 @@ class FuzzyDedup:
                  "verification by exchanges between the partitions", estimate / 1e6, executor.store.budget / 1e6)
         return True
 
-    def _run_exchange(self, ddf, table: DocParts, participants: list, keys, executor: Executor):
-        """``_sets_exceed``'s path: candidates and scores by ``fuzzy_exchange``, components on this process's
-        edge list, canonicals sent back to the partitions."""
-        from .fuzzy_dask import gather_edges
-        from .fuzzy_exchange import exchange_candidates
-        t0 = time.perf_counter()
-        scored, n_pairs, sets = exchange_candidates(ddf, table, participants, self.params(), self.backend,
-                                                    self.cfg, executor)
-        steps = {"lsh+verify": time.perf_counter() - t0}
-        t0 = time.perf_counter()
-        rows = np.flatnonzero(_gathered(participants, executor)).astype(np.int64)
-        pi, pj, scores = gather_edges(scored, executor)
-        result = self._cluster_edges(table, keys, rows, pi, pj, scores, sets, executor)
-        table = self._scatter(table, result, executor)
-        steps["cluster"] = time.perf_counter() - t0
-        result.stats.update(lsh="exchange", components="driver", candidate_pairs=n_pairs,
-                            step_seconds={k: round(v, 4) for k, v in steps.items()})
-        return table, result
-
     def _sketches_exceed(self, sketches: list, resident) -> bool:
         """Whether the partitions' device ``sketches`` take more than half of ``run.device_memory``: the LSH
         on one device would then hold them all at once, so it runs by exchanges between the partition tasks
@@ -300,12 +281,21 @@ class FuzzyDedup:
     def _scatter(table: DocParts, result: FuzzyResult, executor: Executor) -> DocParts:
         return table.scatter(executor, "fuzzy: canonicals", "fuzzy", result.rows, result.canon, result.similarity)
 
-    def _run_dask(self, ddf, table: DocParts, participants: list, keys, executor: Executor, resident=None):
+    def _run_dask(self, ddf, table: DocParts, participants: list, keys, executor: Executor, resident=None,
+                  by_exchange: bool = False):
         """LSH, verification and the members' similarity on Dask; components on the driver's edge list, or
         on Dask when there are more than ``fuzzy.driver_max_pairs`` candidate pairs. With ``resident`` the
-        sketches are the states' device sketches (``device.distributed``), dropped at the end."""
+        sketches are the states' device sketches (``device.distributed``), dropped at the end; with
+        ``by_exchange`` (``_sets_exceed``) the engine's exchanges in this process do the LSH and
+        verification (``fuzzy_exchange``) and the components run on the edge list here."""
         from .fuzzy_dask import distributed_candidates, gather_edges
-        if resident is not None:
+        if by_exchange:
+            from .fuzzy_exchange import exchange_candidates
+            t0 = time.perf_counter()
+            scored, n_pairs, sets = exchange_candidates(ddf, table, participants, self.params(), self.backend,
+                                                        self.cfg, executor)
+            steps = {"lsh+verify": time.perf_counter() - t0}
+        elif resident is not None:
             from ..device.distributed import device_candidates
             t0 = time.perf_counter()
             scored, n_pairs, sets = device_candidates(table, participants, resident, self.cfg, executor)
@@ -314,8 +304,8 @@ class FuzzyDedup:
             scored, n_pairs, sets, steps = distributed_candidates(ddf, table.part_offsets, participants,
                                                                   self.params(), self.backend, self.cfg, executor)
         t0 = time.perf_counter()
-        on_dask = self.cfg.components == "dask" or (self.cfg.components == "auto" and (
-            executor.client is not None or n_pairs > self.cfg.driver_max_pairs))
+        on_dask = not by_exchange and (self.cfg.components == "dask" or (self.cfg.components == "auto" and (
+            executor.client is not None or n_pairs > self.cfg.driver_max_pairs)))
         log.info("fuzzy: %d candidate pairs (%.1f MB as an edge list); components on %s", n_pairs, n_pairs * 24 / 1e6,
                  "Dask (min-label propagation)" if on_dask else "the driver")
         if on_dask:
@@ -329,7 +319,7 @@ class FuzzyDedup:
             table = table.without(executor, "fuzzy: free sketches", "sketch")
             result.stats["device_resident"] = True
         steps["cluster"] = time.perf_counter() - t0
-        result.stats.update(lsh="dask", components="dask" if on_dask else "driver",
+        result.stats.update(lsh="exchange" if by_exchange else "dask", components="dask" if on_dask else "driver",
                             step_seconds={k: round(v, 4) for k, v in steps.items()})
         return table, result
 
