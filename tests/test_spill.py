@@ -92,7 +92,9 @@ def test_store_keeps_within_its_budget(tmp_path):
     assert store.memory_bytes <= 3000 and store.peak_bytes <= 4000
     frame = pd.DataFrame({"a": np.arange(100), "s": [f"text {i}" for i in range(100)]})
     assert spill.nbytes_of({"f": frame, "x": (np.zeros(10), np.zeros(5, np.int32))}) > 800 + 100 * 8 + 100
-    del tasks, got
+    none = store.keep(None)  # a task's result may be None: it is kept like any other
+    assert compute([none], 1) == [None] and store.spills == 4
+    del tasks, got, none
     assert store.memory_bytes == 0 and list(folder.iterdir()) == []  # a value no task holds: memory and file gone
     store.close()
     assert not folder.exists()

@@ -75,6 +75,10 @@ def _frame_nbytes(frame) -> int:
     return total
 
 
+#: ``_Kept.value`` of a value that is on disk only (a task's result may itself be None)
+_ON_DISK = object()
+
+
 class _Kept:
     """One kept value: in memory (``value``), on disk (``file[0]``, a path), or both after it came back.
     ``file`` is a list so that the finalizer of a value gone can remove its file."""
@@ -123,7 +127,7 @@ class SpillStore:
     def _load(self, kept: _Kept):
         with kept.lock:
             value = kept.value
-            if value is None:
+            if value is _ON_DISK:
                 with open(kept.file[0], "rb") as f:
                     value = pickle.load(f)
                 _freeze(value)  # as on disk: evicted again, it is dropped, not written again
@@ -164,13 +168,13 @@ class SpillStore:
     def _spill_all(self, victims: list) -> None:
         for kept in victims:
             with kept.lock:
-                if kept.value is None:
+                if kept.value is _ON_DISK:
                     continue
                 if kept.file[0] is None:  # written once; one that came back is the file's (frozen)
                     kept.file[0] = self._write(kept.value)
                     self.spills += 1
                     self.spilled_bytes += kept.nbytes
-                kept.value = None
+                kept.value = _ON_DISK
             failpoint("spilled")
 
     def _write(self, value) -> Path:
