@@ -1,9 +1,11 @@
 """The host memory budget of a run on this process's threads: what it keeps between tasks (the persisted
-partitions and the partitions' states) stays in memory up to ``run.memory_limit``; past it the least
-recently used values go to disk, one file each in a spill folder, and come back when a task takes them.
+partitions, the partitions' states and the exchanges' pieces) stays in memory up to ``run.memory_limit``;
+past it the least recently used values go to disk, one file each in a spill folder, written once, and
+come back when a task takes them.
 
-A stage never sees this: ``Executor.persist_tasks`` keeps each result here and hands on a task that loads
-it (``SpillStore.keep``). A run whose values fit never touches the disk. The spill folder
+A stage never sees this: ``Executor.persist_tasks`` and ``engine.shuffle.exchange`` keep each result or
+piece here and hand on a task that loads it (``SpillStore.keep``). A run whose values fit never touches
+the disk. The spill folder
 (``gpucurate-spill-<pid>-<random>`` under ``run.spill_dir``) is created at the first spill and removed when
 the run ends or fails; a killed run's folder is removed by the next store made under the same directory.
 On a Dask cluster the workers' own memory managers do this (Dask's spilling to their local directory).
