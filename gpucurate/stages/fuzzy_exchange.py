@@ -56,12 +56,13 @@ def _band_split(sk: dict, n_buckets: int) -> tuple:
 
 def _bucket_pairs(pieces: list, n_parts: int, max_bucket: int, anchors: int, part_offsets: np.ndarray,
                   bucket_pairs) -> tuple:
-    """One bucket's distinct candidate pairs, packed ``i << 32 | j``, one piece per partition of ``j``."""
+    """One bucket's candidate pairs, packed ``i << 32 | j``, one piece per partition of ``j`` (which drops
+    the repeats: a pair found under several keys)."""
     keys = np.concatenate([p[0] for p in pieces]) if pieces else np.empty(0, np.uint64)
     rows = np.concatenate([p[1] for p in pieces]) if pieces else np.empty(0, np.int64)
-    order = np.lexsort((rows, keys))
-    packed = np.unique(bucket_pairs(keys[order], rows[order], max_bucket, anchors)) if len(keys) else \
-        np.empty(0, np.uint64)
+    # rows ascend already (each piece in row order, the pieces in partition order): a stable sort by key
+    order = np.argsort(keys, kind="stable")
+    packed = bucket_pairs(keys[order], rows[order], max_bucket, anchors) if len(keys) else np.empty(0, np.uint64)
     return by_bucket(_owners(part_offsets, (packed & _LOW).astype(np.int64)), n_parts, packed)
 
 
