@@ -43,9 +43,8 @@ Through the project's device tool (one H200, 16 cores): ``benchmarks/device/prep
 ``bash benchmarks/device/run.sh`` there (docs/gpu.md shows the call): it installs the carried wheels and
 runs this script with ``--budget``, which scales the phase limits down to fit (``--phases a,c`` runs a
 subset). The script imports ``gpucurate`` from the checkout when it is not installed; what it and the
-GPU path import (NumPy, pandas, pyarrow, PyYAML, rich, numba, numba-cuda, CuPy; orjson and
-array-api-compat, which the device image lacks, travel as wheels) must be importable there, and Dask
-must not be needed.
+GPU path import (NumPy, pandas, pyarrow, PyYAML, rich, numba, numba-cuda, CuPy; orjson, array-api-compat
+and dask, which the device image lacks, travel as wheels) must be importable there.
 
 In a RAPIDS container (or any CUDA 12 image with Python):
 
@@ -491,13 +490,13 @@ def ptx_info() -> dict:
         ptx = cuda_build.compile_kernel(KERNELS["probe"], cc)
     from gpucurate.device import toolchain
     from gpucurate.kernels.cuda_build import nvvm_location
-    version = re.search(r"^\s*\.version\s+(\S+)", ptx, re.M)
+    isa = toolchain.ptx_isa(ptx)
     target = re.search(r"^\s*\.target\s+(\S+)", ptx, re.M)
     where = nvvm_location()
-    return {"device_cc": f"{cc[0]}.{cc[1]}", "ptx_version": version.group(1) if version else None,
+    return {"device_cc": f"{cc[0]}.{cc[1]}", "ptx_version": f"{isa[0]}.{isa[1]}" if isa else None,
             "ptx_target": target.group(1) if target else None, **where,
-            "ptx_vs_driver": toolchain.describe(toolchain.ptx_isa(ptx), cuda.cudadrv.driver.driver.get_version(),
-                                                where["nvvm"], where["nvvm_found_by"])}
+            "ptx_vs_driver": toolchain.describe(isa, cuda.cudadrv.driver.driver.get_version(), where["nvvm"],
+                                                where["nvvm_found_by"])}
 
 
 def bandwidth(nbytes: int, repeat: int = 3) -> dict:

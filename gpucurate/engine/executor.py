@@ -81,7 +81,8 @@ class Executor:
     scheduler : address of a running Dask scheduler (``tcp://host:port``); None -> local threads.
     workers : threads of the local scheduler; None -> ``os.cpu_count()``.
     progress : show progress bars on stderr.
-    memory_limit : bytes of persisted results a run on local threads keeps in memory (``SpillStore``); None
+    memory_limit : bytes of persisted results and exchange pieces a run on local threads keeps in memory
+        (``SpillStore``); None
         -> a quarter of this machine's memory. spill_dir : where past it they go (None: the temporary dir).
     """
 

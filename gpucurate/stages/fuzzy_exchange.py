@@ -24,7 +24,7 @@ from ..engine.executor import Executor
 from ..engine.partitions import Partitions
 from ..engine.shuffle import by_bucket, exchange
 from ..engine.tasks import delayed, value
-from .fuzzy_dask import SCORED_META, aligned_scores
+from .fuzzy_dask import SCORED_META, _part_of, aligned_scores
 from .sketches import FuzzyParams, signature_partition
 
 _LOW = np.uint64(0xFFFFFFFF)
@@ -38,10 +38,6 @@ def _sketch(part: pd.DataFrame, mask, first_row: int, params: FuzzyParams, backe
     keys, offsets, values, _ = signature_partition(part, mask, params, backend)
     return {"rows": first_row + np.flatnonzero(mask).astype(np.int64), "keys": keys, "offsets": offsets,
             "values": values}
-
-
-def _owners(part_offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    return np.searchsorted(part_offsets[1:], rows, side="right").astype(np.int64)
 
 
 def _band_split(sk: dict, n_buckets: int) -> tuple:
@@ -63,14 +59,14 @@ def _bucket_pairs(pieces: list, n_parts: int, max_bucket: int, anchors: int, par
     # rows ascend already (each piece in row order, the pieces in partition order): a stable sort by key
     order = np.argsort(keys, kind="stable")
     packed = bucket_pairs(keys[order], rows[order], max_bucket, anchors) if len(keys) else np.empty(0, np.uint64)
-    return by_bucket(_owners(part_offsets, (packed & _LOW).astype(np.int64)), n_parts, packed)
+    return by_bucket(_part_of(part_offsets, (packed & _LOW).astype(np.int64)), n_parts, packed)
 
 
 def _pairs_split(pairs: pd.DataFrame, n_parts: int, part_offsets: np.ndarray) -> tuple:
     """Given pairs of table rows ``(i, j)``, packed, one piece per partition of ``j``."""
     i, j = pairs["i"].to_numpy(np.int64), pairs["j"].to_numpy(np.int64)
     packed = (i.astype(np.uint64) << _SHIFT) | j.astype(np.uint64)
-    return by_bucket(_owners(part_offsets, j), n_parts, packed)
+    return by_bucket(_part_of(part_offsets, j), n_parts, packed)
 
 
 def _take_sets(offsets: np.ndarray, values: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -86,7 +82,7 @@ def _send_sets(pieces: list, sk: dict, n_parts: int, part_offsets: np.ndarray) -
     ``i``'s it pairs with; one piece ``(i, j, sent_j, set lengths, set values)`` per partition of ``i``."""
     packed = np.unique(np.concatenate([p[0] for p in pieces])) if pieces else np.empty(0, np.uint64)
     i, j = (packed >> _SHIFT).astype(np.int64), (packed & _LOW).astype(np.int64)
-    dest = _owners(part_offsets, i)
+    dest = _part_of(part_offsets, i)
     sent = np.unique((dest.astype(np.uint64) << _SHIFT) | j.astype(np.uint64))  # (dest, j) once, in order
     sent_dest, sent_j = (sent >> _SHIFT).astype(np.int64), (sent & _LOW).astype(np.int64)
     lengths, values = _take_sets(sk["offsets"], sk["values"], np.searchsorted(sk["rows"], sent_j))
@@ -138,7 +134,7 @@ class KeptSets:
         if len(pi) == 0:
             return np.empty(0, np.float64)
         frames = [value(pd.DataFrame({"i": i, "j": j})) for i, j in
-                  by_bucket(_owners(table.part_offsets, pj), table.npartitions, pi.astype(np.int64),
+                  by_bucket(_part_of(table.part_offsets, pj), table.npartitions, pi.astype(np.int64),
                             pj.astype(np.int64))]
         to_owner = exchange(executor, _pairs_split, [(f,) for f in frames], table.npartitions, table.part_offsets,
                             desc="fuzzy: pairs to their sets")
