@@ -411,7 +411,7 @@ def _cuda_version(v: int) -> str:
 def versions() -> dict:
     from importlib import metadata
     out = {"python": sys.version.split()[0], "platform": platform.platform(), "cpu_count": os.cpu_count()}
-    for dist in ("gpucurate", "numpy", "pyarrow", "numba", "numba-cuda", "cupy", "cupy-cuda12x", "cupy-cuda13x",
+    for dist in ("gpucurate", "numpy", "pandas", "pyarrow", "numba", "numba-cuda", "cupy", "cupy-cuda12x", "cupy-cuda13x",
                  "torch", "nvidia-cuda-nvcc-cu12", "dask-cuda"):
         try:
             out[dist] = metadata.version(dist)

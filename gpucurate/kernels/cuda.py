@@ -16,7 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import cuda
+
+# numba-cuda 0.30 overloads np.row_stack when its first kernel compiles, and NumPy 2.5 removed that alias
+# of np.vstack: on such an image (the lent H200's) every compile failed with an AttributeError
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack
+
+from numba import cuda  # noqa: E402
 
 from .hashing import EXACT_SEED, M2, U64, define_hash_functions
 from .minhash import EMPTY_SIG, WORD

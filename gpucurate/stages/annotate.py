@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -101,10 +100,12 @@ def annotation_columns(rows, exact_canon, fuzzy_canon, final, ids, exact_ids, fu
     def describe(mask, target_ids, text):
         r = np.flatnonzero(mask)
         drop_stage[r] = text[0]
-        label = text[1] + pd.Series(target_ids[r], dtype=object).astype(str)
+        # NumPy's string functions, not a pandas Series: pandas 3.0's arrow-backed str + object fails
+        label = np.char.add(text[1], target_ids[r].astype(str))
         if text[2]:
-            label = label + f" ({text[2]} " + np.char.mod("%.3f", similarity[r]).astype(object) + ")"
-        reason[r] = label.to_numpy()
+            label = np.char.add(np.char.add(label, f" ({text[2]} "), np.char.mod("%.3f", similarity[r]))
+            label = np.char.add(label, ")")
+        reason[r] = label.astype(object)
 
     measure = {"jaccard": "jaccard", "minhash": "estimated jaccard", "simhash": "simhash similarity"}[score_kind]
     describe(exact_dup, exact_ids, ("exact", "exact duplicate of ", None))
