@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernels.cuda import NO_PAIR
-from ..kernels.hashing import padded_words
 from ..kernels.minhash import WORD
 
 
@@ -54,7 +53,7 @@ def upload_texts(dev, offsets: np.ndarray, data: np.ndarray) -> DeviceTexts:
     small = stop - start < 2 ** 31
     xp = dev.xp
     dev_offsets = dev.to_device(local.astype(np.int32) if small else local.astype(np.int64))
-    words = dev.to_device(padded_words(data[start:stop]))
+    words = dev.to_device_words(data[start:stop])
     return DeviceTexts(xp.astype(dev_offsets, xp.int64), words, stop - start)
 
 
