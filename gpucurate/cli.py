@@ -361,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("numba", "fsspec", "asyncio"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    from .engine.spill import tune_allocator
+    tune_allocator()
     # SIGTERM (kill, a scheduler's stop, docker stop) ends a command like Ctrl-C: the staging directory
     # is deleted, the previous output stays, exit 143
     import signal

@@ -327,9 +327,11 @@ class RunConfig:
     #: it the least recently used go to host memory until a task needs them again (counted in the ledger);
     #: null -> half of the device's memory (no limit in numba's CUDA simulator)
     device_memory: Optional[int] = None
-    #: bytes of host memory this process keeps between tasks (the partitions, their states and the exchanges'
-    #: pieces; an integer or a size such as 2GB or 512MiB); past it the least recently used go to files in run.spill_dir and come
-    #: back when a task needs them. null -> a quarter of this machine's memory
+    #: bytes of host memory of a run on this process's threads (an integer or a size such as 2GB or 512MiB):
+    #: the running tasks get up to half of it (six times a partition's bytes each), the values kept between
+    #: tasks (the partitions, their states and the exchanges' pieces) the rest; past that the least recently
+    #: used go to files in run.spill_dir and come back when a task needs them. null -> a quarter of this
+    #: machine's memory
     memory_limit: Optional[int] = field(default=None, metadata={"bytes": True})
     #: the directory of the spill folder (made at the first spill, removed at the end); null -> beside the
     #: output directory

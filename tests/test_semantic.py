@@ -153,13 +153,14 @@ def _embeddings(out):
 
 def test_search_buckets_sample_and_partitions_do_not_change_results(tmp_path, monkeypatch):
     """The within-cluster search and the keep rule split into buckets, k-means on a gathered sample, one
-    partition or many: the same annotations, edges and embeddings, to the bit."""
+    partition or many, each encoded whole or in chunks: the same annotations, edges and embeddings, to the bit."""
     from gpucurate.stages.semantic import SemanticDedup
     src = write_jsonl(tmp_path / "docs.jsonl", paraphrase_records())
     over = {**SEM, "semantic.kmeans_sample": 9, "semantic.n_clusters": 4, "semantic.probes": 2}
     whole = run([str(src)], tmp_path / "whole", overrides=over)
     monkeypatch.setattr(SemanticDedup, "points_per_bucket", 4)
     monkeypatch.setattr(SemanticDedup, "members_per_bucket", 3)  # components spread over several buckets
+    monkeypatch.setattr("gpucurate.stages.semantic.EMBED_CHUNK", 3)  # a partition's texts encoded in chunks
     split = run([str(src)], tmp_path / "split", overrides={**over, "input.partition_bytes": 1024, "run.workers": 2})
     m = whole["stages"]["semantic"]["documents"]
     assert whole["stages"]["semantic"]["buckets"] == 1 and split["stages"]["semantic"]["buckets"] == -(-m // 4) > 4

@@ -63,6 +63,27 @@ def test_a_chain_finishes_before_the_next_starts_and_its_results_are_dropped():
     assert order == ["read0", "parse0", "check0", "read1", "parse1", "check1", "read2", "parse2", "check2"]
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_kept_results_are_handed_over_as_they_come_and_not_held_for_the_last(threads):
+    ran, kept = [], []
+
+    def make(p):
+        ran.append(p)
+        return Box(p)
+
+    def keep(box):  # what SpillStore.keep does: the value goes elsewhere, a handle comes back
+        kept.append((box.n, len(ran)))
+        return f"handle{box.n}"
+
+    first = delayed(make)(0)
+    tasks = [first] + [delayed(make)(p) for p in range(1, 4)] + [delayed(lambda b: Box(b.n + 10))(first)]
+    got = compute(tasks, threads, keep=keep)
+    assert got == ["handle0", "handle1", "handle2", "handle3", "handle10"]
+    assert sorted(n for n, _ in kept) == [0, 1, 2, 3, 10]  # each root kept once, the shared one too
+    if threads == 1:  # kept right after it ran, not after the last root
+        assert [seen for _, seen in kept[:4]] == [1, 2, 3, 4]
+
+
 def test_a_wide_reduction_runs_its_leaves_in_parallel():
     meet = threading.Barrier(2, timeout=10)
     leaves = [delayed(lambda: meet.wait() >= 0)() for _ in range(2)]

@@ -81,19 +81,24 @@ class Executor:
     scheduler : address of a running Dask scheduler (``tcp://host:port``); None -> local threads.
     workers : threads of the local scheduler; None -> ``os.cpu_count()``.
     progress : show progress bars on stderr.
-    memory_limit : bytes of persisted results and exchange pieces a run on local threads keeps in memory
-        (``SpillStore``); None
-        -> a quarter of this machine's memory. spill_dir : where past it they go (None: the temporary dir).
+    memory_limit : bytes a run on local threads holds of persisted results, exchange pieces and running
+        tasks; None -> a quarter of this machine's memory. spill_dir : where the results and pieces past it
+        go (None: the temporary dir).
+    task_memory : bytes one running task holds of its own (``spill.WORKING_BYTES_PER_INPUT_BYTE`` x the input
+        partition's bytes), set aside out of ``memory_limit`` for each thread, up to half of it; the rest
+        is the ``SpillStore``'s budget. Default 0.
     """
 
     def __init__(self, scheduler: str | None = None, workers: int | None = None, progress: bool = True,
-                 gpus: bool = False, memory_limit: int | None = None, spill_dir=None):
+                 gpus: bool = False, memory_limit: int | None = None, spill_dir=None, task_memory: int = 0):
         self.scheduler_address = scheduler
         self.workers = workers or os.cpu_count() or 1
         self.progress = progress
         self.client = None
         self.cluster = None
-        self.store = SpillStore(memory_limit or machine_memory() // 4, spill_dir)
+        self.memory_limit = memory_limit or machine_memory() // 4
+        reserved = min(self.memory_limit // 2, self.workers * task_memory)  # for the running tasks
+        self.store = SpillStore(self.memory_limit - reserved, spill_dir)
         if gpus and not scheduler:
             scheduler = self._start_cuda_cluster()
         if scheduler:
@@ -207,6 +212,9 @@ class Executor:
         """Compute ``tasks`` and keep each result where it was computed (on a cluster, in its worker's
         memory); returns tasks (Dask objects on a cluster) of the results, in order, for later tasks."""
         if self.client is None:  # the results stay here, in memory up to the budget, then on disk
+            if tasks and not holds_dask(tasks):  # each kept as it comes
+                return compute(tasks, self.workers, lambda total: _bar(total, desc, "task", self.progress),
+                               keep=self.store.keep)
             return [self.store.keep(r) for r in self._compute(tasks, desc)]
         from distributed import futures_of
         with self._worker_deaths(desc):

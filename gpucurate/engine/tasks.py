@@ -117,9 +117,11 @@ def to_dask(obj, memo: dict | None = None):
     return _map_tasks(obj, convert)
 
 
-def compute(tasks: list, threads: int, progress=None) -> list:
+def compute(tasks: list, threads: int, progress=None, keep=None) -> list:
     """The results of ``tasks`` (in order), run on up to ``threads`` threads; no Dask object may be in
-    their graph (see ``holds_dask``).
+    their graph (see ``holds_dask``). With ``keep`` (``SpillStore.keep``), what ``keep`` returns for each
+    result is returned in its place, made as soon as that result is there: the results do not wait in
+    memory for the last one.
 
     Tasks run as soon as their inputs are there, the earliest in a depth-first order of the graph first,
     so that a partition's chain of tasks finishes before the next partitions start (what keeps memory
@@ -130,20 +132,22 @@ def compute(tasks: list, threads: int, progress=None) -> list:
     """
     if not tasks:
         return []
-    graph = _Graph(tasks)
+    graph = _Graph(tasks, keep)
     bar = progress(len(graph.rank)) if progress is not None else None
     try:
         graph.run(threads, bar)
     finally:
         if bar is not None:
             bar.close()
-    return [graph.results[id(t)] for t in tasks]
+    return [(graph.kept if keep is not None else graph.results)[id(t)] for t in tasks]
 
 
 class _Graph:
     """One ``compute``: the tasks by id, what each waits for, and the results not yet taken by all."""
 
-    def __init__(self, roots: list):
+    def __init__(self, roots: list, keep=None):
+        self.keep, self.kept = keep, {}
+        self.roots = {id(root) for root in roots}
         self.by_id: dict = {}
         self.children: dict = {}  # id -> ids of the distinct child tasks
         for root in roots:
@@ -156,8 +160,9 @@ class _Graph:
             for kid in kids:
                 self.takers[kid] += 1
                 self.parents[kid].append(key)
-        for root in roots:
-            self.takers[id(root)] += 1
+        if keep is None:  # the caller takes the roots' results themselves
+            for root in roots:
+                self.takers[id(root)] += 1
         self.ready = [(self.rank[key], key) for key, n in self.waiting.items() if n == 0]
         heapq.heapify(self.ready)
         self.results: dict = {}
@@ -190,7 +195,10 @@ class _Graph:
         return self.results[id(task)]
 
     def finish(self, key, result, bar) -> None:
-        self.results[key] = result
+        if self.keep is not None and key in self.roots:
+            self.kept[key] = self.keep(result)
+        if self.takers[key]:
+            self.results[key] = result
         for kid in self.children[key]:
             self.takers[kid] -= 1
             if self.takers[kid] == 0:

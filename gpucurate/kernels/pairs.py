@@ -251,6 +251,22 @@ def candidate_pairs(band_keys: np.ndarray, max_bucket: int, anchors: int,
     return (packed >> np.uint64(32)).astype(np.int64), (packed & np.uint64(0xFFFFFFFF)).astype(np.int64)
 
 
+@njit(nogil=True, cache=True, aot=("i8[:], u8[:], i8[:]",))
+def take_sets(offsets, values, idx):
+    """The values of the CSR sets ``idx`` (int64[k]) of ``(offsets int64[n + 1], values uint64)``, concatenated
+    in that order (no temporaries the size of the output)."""
+    total = 0
+    for t in range(idx.shape[0]):
+        total += offsets[idx[t] + 1] - offsets[idx[t]]
+    out = np.empty(total, dtype=np.uint64)
+    w = 0
+    for t in range(idx.shape[0]):
+        start, stop = offsets[idx[t]], offsets[idx[t] + 1]
+        out[w:w + stop - start] = values[start:stop]
+        w += stop - start
+    return out
+
+
 @njit(nogil=True, cache=True)
 def _table_size(count):
     size = 16

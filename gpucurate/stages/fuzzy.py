@@ -349,10 +349,12 @@ class FuzzyDedup:
         li, lj = np.searchsorted(rows, pi), np.searchsorted(rows, pj)
         edge = scores >= self.cfg.threshold - 1e-12
         labels = pk.components(len(rows), li[edge], lj[edge])
+        candidates = pack_pairs(li, lj)  # for the members' stored scores, in half the bytes of li and lj
+        del li, lj
 
         def similarity_of(members, canon):  # the stored score when the pair was a candidate, else joined
             out = np.empty(len(members))
-            pos = index_of(pack_pairs(li, lj), pack_pairs(members, canon))
+            pos = index_of(candidates, pack_pairs(members, canon))
             out[pos >= 0] = scores[pos[pos >= 0]]
             miss = pos < 0
             out[miss] = sets.pair_scores(parts, executor, rows[members[miss]], rows[canon[miss]])

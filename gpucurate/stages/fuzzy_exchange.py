@@ -24,6 +24,7 @@ from ..engine.executor import Executor
 from ..engine.partitions import Partitions
 from ..engine.shuffle import by_bucket, exchange
 from ..engine.tasks import delayed, value
+from ..kernels.pairs import take_sets
 from .fuzzy_dask import SCORED_META, _part_of, aligned_scores
 from .sketches import FuzzyParams, signature_partition
 
@@ -69,14 +70,6 @@ def _pairs_split(pairs: pd.DataFrame, n_parts: int, part_offsets: np.ndarray) ->
     return by_bucket(_part_of(part_offsets, j), n_parts, packed)
 
 
-def _take_sets(offsets: np.ndarray, values: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The CSR sets ``idx`` of ``(offsets, values)``: their lengths and their values, concatenated."""
-    starts, lengths = offsets[idx], offsets[idx + 1] - offsets[idx]
-    total = int(lengths.sum())
-    within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    return lengths, values[np.repeat(starts, lengths) + within]
-
-
 def _send_sets(pieces: list, sk: dict, n_parts: int, part_offsets: np.ndarray) -> list:
     """At the partition of ``j``: its distinct pairs, and the set of each ``j`` once per partition of the
     ``i``'s it pairs with; one piece ``(i, j, sent_j, set lengths, set values)`` per partition of ``i``."""
@@ -85,22 +78,26 @@ def _send_sets(pieces: list, sk: dict, n_parts: int, part_offsets: np.ndarray) -
     dest = _part_of(part_offsets, i)
     sent = np.unique((dest.astype(np.uint64) << _SHIFT) | j.astype(np.uint64))  # (dest, j) once, in order
     sent_dest, sent_j = (sent >> _SHIFT).astype(np.int64), (sent & _LOW).astype(np.int64)
-    lengths, values = _take_sets(sk["offsets"], sk["values"], np.searchsorted(sk["rows"], sent_j))
-    value_dest = np.repeat(sent_dest, lengths)
+    idx = np.searchsorted(sk["rows"], sent_j)
+    lengths = sk["offsets"][idx + 1] - sk["offsets"][idx]
+    values = take_sets(sk["offsets"], sk["values"], idx)
+    # ``sent`` ascends by destination: each destination's sets are one slice (copied: a kept piece is
+    # counted, and spilled, on its own)
+    cut = np.searchsorted(sent_dest, np.arange(n_parts + 1))
+    value_cut = np.concatenate(([0], np.cumsum(lengths)))[cut]
     pairs = by_bucket(dest, n_parts, i, j)
-    sets = by_bucket(sent_dest, n_parts, sent_j, lengths)
-    set_values = by_bucket(value_dest, n_parts, values)
-    return [(*p, *s, *v) for p, s, v in zip(pairs, sets, set_values)]
+    return [(*pairs[q], sent_j[cut[q]:cut[q + 1]], lengths[cut[q]:cut[q + 1]],
+             values[value_cut[q]:value_cut[q + 1]].copy()) for q in range(n_parts)]
 
 
 def _verify(pieces: list, sk: dict, jaccard_pairs) -> pd.DataFrame:
     """The exact Jaccard of the pairs whose ``i`` is in this partition (``j``'s sets received), a frame
     ``(i, j, score)`` sorted by ``(i, j)``."""
-    i, j, sent_j, lengths, values = (np.concatenate([p[k] for p in pieces]) for k in range(5))
+    i, j, sent_j, lengths = (np.concatenate([p[k] for p in pieces]) for k in range(4))
     own = len(sk["rows"])
     # one CSR: this partition's sets, then the received ones (sent_j ascending: the pieces in row order)
     offsets = np.concatenate([sk["offsets"], sk["offsets"][-1] + np.cumsum(lengths)]).astype(np.int64)
-    scores = jaccard_pairs(offsets, np.concatenate([sk["values"], values]),
+    scores = jaccard_pairs(offsets, np.concatenate([sk["values"]] + [p[4] for p in pieces]),
                            np.searchsorted(sk["rows"], i).astype(np.int64),
                            (own + np.searchsorted(sent_j, j)).astype(np.int64))
     order = np.lexsort((j, i))

@@ -146,6 +146,11 @@ class PartEmbeddings:
         self.reused, self.model = reused, model
 
 
+#: texts tokenized and encoded at a time: the tokenizer's output for a whole 64 MB partition (Python lists
+#: of ids and its encodings) took gigabytes; a text's vector depends on its own tokens only
+EMBED_CHUNK = 4096
+
+
 def embed_partition(df: pd.DataFrame, mask: np.ndarray, first_row: int, hashes: np.ndarray, cfg: SemanticConfig,
                     device: str, threads: int | None) -> PartEmbeddings:
     """Embeddings of the rows of ``df`` selected by ``mask`` that are long enough and covered by the model's
@@ -155,23 +160,31 @@ def embed_partition(df: pd.DataFrame, mask: np.ndarray, first_row: int, hashes: 
     local, texts = texts_partition(df, mask, cfg.min_chars)
     encoder = Encoder(cfg.model, device, cfg.max_tokens, cfg.batch_size, cfg.dtype, threads=threads)
     model = model_fingerprint(encoder)
-    tokens = encoder.tokenize(texts.to_pylist())
-    covered = covered_by_vocabulary(tokens, cfg)
-    local = local[covered]
-    token_ids = [t for t, c in zip(tokens.ids, covered) if c]
     stored = _stored_vectors(cfg.reuse_embeddings, tuple(sorted(model.items()))) if cfg.reuse_embeddings else {}
-    vectors = np.empty((len(token_ids), encoder.dim), dtype=np.float32)
-    missing = []
-    for r, h in enumerate(hashes[local].tolist()):
-        vec = stored.get(h)
-        if vec is None:
-            missing.append(r)
-        else:
-            vectors[r] = vec
-    if missing:
-        vectors[missing] = encoder.encode_tokens([token_ids[r] for r in missing])
-    return PartEmbeddings(first_row + local, vectors, int(mask.sum()) - len(covered), int((~covered).sum()),
-                          len(token_ids) - len(missing), model)
+    kept_rows, vectors, reused = [], [], 0
+    for start in range(0, len(local), EMBED_CHUNK):
+        tokens = encoder.tokenize(texts.slice(start, EMBED_CHUNK).to_pylist())
+        covered = covered_by_vocabulary(tokens, cfg)
+        rows = local[start:start + EMBED_CHUNK][covered]
+        token_ids = [t for t, c in zip(tokens.ids, covered) if c]
+        del tokens
+        chunk = np.empty((len(token_ids), encoder.dim), dtype=np.float32)
+        missing = []
+        for r, h in enumerate(hashes[rows].tolist()):
+            vec = stored.get(h)
+            if vec is None:
+                missing.append(r)
+            else:
+                chunk[r] = vec
+        if missing:
+            chunk[missing] = encoder.encode_tokens([token_ids[r] for r in missing])
+        kept_rows.append(rows)
+        vectors.append(chunk)
+        reused += len(token_ids) - len(missing)
+    rows = np.concatenate(kept_rows) if kept_rows else np.empty(0, np.int64)
+    vectors = np.concatenate(vectors) if vectors else np.empty((0, encoder.dim), np.float32)
+    return PartEmbeddings(first_row + rows, vectors, int(mask.sum()) - len(local), len(local) - len(rows), reused,
+                          model)
 
 
 def covered_by_vocabulary(tokens, cfg: SemanticConfig) -> np.ndarray:

@@ -249,7 +249,7 @@ class DocParts:
         return table.check_unique_ids(executor, on_duplicate_id, describe)
 
     #: ids per bucket of the duplicate-id exchange
-    ids_per_bucket = 2_000_000
+    ids_per_bucket = 500_000
 
     def check_unique_ids(self, executor: Executor, policy: str, describe) -> "DocParts":
         """Duplicate ids found by an exchange on the id's hash: ``policy`` ``error`` raises an InputError naming
