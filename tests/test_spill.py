@@ -213,3 +213,14 @@ def test_the_fuzzy_exchanges_do_not_depend_on_the_partitions(tmp_path):
         assert summary["stages"]["fuzzy"]["lsh"] == "exchange"
         pd.testing.assert_frame_equal(read_annotations(out), read_annotations(tmp_path / "driver"))
         assert pq.read_table(out / "edges.parquet").equals(pq.read_table(tmp_path / "driver" / "edges.parquet"))
+
+
+def test_the_budget_is_shared_with_the_running_tasks_and_caches():
+    """``run.memory_limit`` counts the tasks running at once (``task_memory`` each, up to half of it) and
+    what a cache sets aside; the kept values get the rest."""
+    from gpucurate.engine.executor import Executor
+    with Executor(workers=2, progress=False, memory_limit=1000, task_memory=100) as executor:
+        assert executor.memory_limit == 1000 and executor.store.budget == 800
+        assert executor.store.set_aside(200) == 200 and executor.store.budget == 600
+    with Executor(workers=2, progress=False, memory_limit=1000, task_memory=400) as executor:
+        assert executor.store.budget == 500

@@ -238,6 +238,12 @@ class SpillStore:
                 del self._lru[key]
                 self.memory_bytes -= nbytes
 
+    def set_aside(self, nbytes: int) -> int:
+        """Take ``nbytes`` out of the budget, for a cache that the caller holds itself; returns them."""
+        with self._lock:
+            self.budget -= nbytes
+        return nbytes
+
     def summary(self) -> dict:
         """``summary.json``'s ``memory`` section."""
         return {"kept_budget": self.budget, "peak_kept_bytes": self.peak_bytes, "spilled_bytes": self.spilled_bytes,

@@ -107,8 +107,10 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
         if backend.arrays is not None and not local:  # the workers count this run's copies from zero
             from ..device.arrays import process_ledger
             executor.client.run(process_ledger, backend.arrays.kind, True)
-        # the parses kept for the write: an eighth of the machine, a quarter of the run's budget at most
-        parsed = ParsedCache(min(machine_memory() // 8, executor.store.budget // 4)) if local else None
+        # the parses kept for the write: an eighth of the machine, a quarter of the kept values' budget at
+        # most, and taken out of it
+        parsed = ParsedCache(executor.store.set_aside(min(machine_memory() // 8, executor.store.budget // 4))) \
+            if local else None
         ddf = read_documents(specs, cfg.input, reserved, local=local, cache=parsed)
         result = deduplicate(ddf, cfg, executor, backend, timer, _locator(specs))
         table = result.table
