@@ -21,7 +21,6 @@ from .engine.backend import select
 from .config import Config, InputConfig, resolve_config
 from .errors import InputError
 from .engine.executor import Executor
-from .engine.spill import WORKING_BYTES_PER_INPUT_BYTE
 from .io.writer import PARAGRAPH_CUTS
 from .stages.paragraphs import apply_cuts
 from .io.reader import NARROW_META, ROW_BITS, id_columns, plan_partitions, read_documents, timestamps_of
@@ -84,7 +83,7 @@ def dedup(ddf, config: Config | str | None = None, overrides=None):
         narrow = ddf.map_partitions(_to_narrow, cfg.input, meta=NARROW_META)
     with Executor(cfg.run.scheduler, cfg.run.workers, cfg.run.progress, memory_limit=cfg.run.memory_limit,
                   spill_dir=cfg.run.spill_dir,
-                  task_memory=WORKING_BYTES_PER_INPUT_BYTE * cfg.input.partition_bytes) as executor:
+                  partition_bytes=cfg.input.partition_bytes) as executor:
         result = deduplicate(narrow, cfg, executor, select(cfg.run.backend), Timer())
         parts = executor.compute(result.table.column("annotations"), "collect annotations")
     text_col = "_text" if "_ord" in ddf.columns else cfg.input.text_field

@@ -216,11 +216,13 @@ def test_the_fuzzy_exchanges_do_not_depend_on_the_partitions(tmp_path):
 
 
 def test_the_budget_is_shared_with_the_running_tasks_and_caches():
-    """``run.memory_limit`` counts the tasks running at once (``task_memory`` each, up to half of it) and
-    what a cache sets aside; the kept values get the rest."""
+    """``run.memory_limit`` counts the tasks running at once (``WORKING_BYTES_PER_INPUT_BYTE`` x a partition's
+    bytes each, up to half of it) and what a cache sets aside; the kept values get the rest."""
     from gpucurate.engine.executor import Executor
-    with Executor(workers=2, progress=False, memory_limit=1000, task_memory=100) as executor:
-        assert executor.memory_limit == 1000 and executor.store.budget == 800
-        assert executor.store.set_aside(200) == 200 and executor.store.budget == 600
-    with Executor(workers=2, progress=False, memory_limit=1000, task_memory=400) as executor:
+    from gpucurate.engine.spill import WORKING_BYTES_PER_INPUT_BYTE as per_byte
+    with Executor(workers=2, progress=False, memory_limit=1000, partition_bytes=10) as executor:
+        assert executor.memory_limit == 1000 and executor.store.budget == 1000 - 2 * per_byte * 10
+        budget = executor.store.budget
+        assert executor.store.set_aside(200) == 200 and executor.store.budget == budget - 200
+    with Executor(workers=2, progress=False, memory_limit=1000, partition_bytes=100) as executor:
         assert executor.store.budget == 500

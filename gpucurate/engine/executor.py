@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 from ..errors import ConfigError, WorkerLostError
 from .partitions import Partitions
-from .spill import SpillStore, machine_memory
+from .spill import WORKING_BYTES_PER_INPUT_BYTE, SpillStore, machine_memory
 from .tasks import compute, holds_dask, to_dask
 from .threads import thread_map
 
@@ -84,20 +84,20 @@ class Executor:
     memory_limit : bytes a run on local threads holds of persisted results, exchange pieces and running
         tasks; None -> a quarter of this machine's memory. spill_dir : where the results and pieces past it
         go (None: the temporary dir).
-    task_memory : bytes one running task holds of its own (``spill.WORKING_BYTES_PER_INPUT_BYTE`` x the input
-        partition's bytes), set aside out of ``memory_limit`` for each thread, up to half of it; the rest
-        is the ``SpillStore``'s budget. Default 0.
+    partition_bytes : ``input.partition_bytes``; a running task holds ``spill.WORKING_BYTES_PER_INPUT_BYTE``
+        times that of its own, set aside out of ``memory_limit`` for each thread, up to half of it; the
+        rest is the ``SpillStore``'s budget. Default 0 (nothing set aside).
     """
 
     def __init__(self, scheduler: str | None = None, workers: int | None = None, progress: bool = True,
-                 gpus: bool = False, memory_limit: int | None = None, spill_dir=None, task_memory: int = 0):
+                 gpus: bool = False, memory_limit: int | None = None, spill_dir=None, partition_bytes: int = 0):
         self.scheduler_address = scheduler
         self.workers = workers or os.cpu_count() or 1
         self.progress = progress
         self.client = None
         self.cluster = None
         self.memory_limit = memory_limit or machine_memory() // 4
-        reserved = min(self.memory_limit // 2, self.workers * task_memory)  # for the running tasks
+        reserved = min(self.memory_limit // 2, self.workers * WORKING_BYTES_PER_INPUT_BYTE * partition_bytes)
         self.store = SpillStore(self.memory_limit - reserved, spill_dir)
         if gpus and not scheduler:
             scheduler = self._start_cuda_cluster()
@@ -163,13 +163,15 @@ class Executor:
             return "workers without a memory limit"
         return "memory limit " + " / ".join(f"{v / 1e9:.2f} GB" for v in limits if v) + " per worker"
 
-    def _compute(self, tasks: list, desc: str) -> list:
+    def _compute(self, tasks: list, desc: str, keep=None) -> list:
+        """``keep`` (local runs only): ``engine.tasks.compute``'s, each result handed over as it comes."""
         if not tasks:
             return []
         if self.client is None:
             if holds_dask(tasks):
-                return self._dask_local(tasks, desc)
-            return compute(tasks, self.workers, lambda total: _bar(total, desc, "task", self.progress))
+                results = self._dask_local(tasks, desc)
+                return results if keep is None else [keep(r) for r in results]
+            return compute(tasks, self.workers, lambda total: _bar(total, desc, "task", self.progress), keep=keep)
         futures = self.client.compute(to_dask(tasks))
         self._wait(futures, desc)
         return self.client.gather(futures)
@@ -212,10 +214,7 @@ class Executor:
         """Compute ``tasks`` and keep each result where it was computed (on a cluster, in its worker's
         memory); returns tasks (Dask objects on a cluster) of the results, in order, for later tasks."""
         if self.client is None:  # the results stay here, in memory up to the budget, then on disk
-            if tasks and not holds_dask(tasks):  # each kept as it comes
-                return compute(tasks, self.workers, lambda total: _bar(total, desc, "task", self.progress),
-                               keep=self.store.keep)
-            return [self.store.keep(r) for r in self._compute(tasks, desc)]
+            return self._compute(tasks, desc, keep=self.store.keep)
         from distributed import futures_of
         with self._worker_deaths(desc):
             persisted = self.client.persist(to_dask(tasks))

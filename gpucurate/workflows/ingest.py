@@ -39,7 +39,6 @@ from ..stages.sketches import Sketches
 from ..stages.quality import QualityResult
 from ..stages.semantic import SemanticDedup, SemanticResult, keep_priority, keep_rule, semantic_enabled
 from ..engine.failpoints import failpoint
-from ..engine.spill import WORKING_BYTES_PER_INPUT_BYTE
 from .state import Segment, State, StateLock
 from ..stages.table import DocTable, canonicals, split_rows
 
@@ -530,7 +529,7 @@ def ingest(inputs: list[str] | str, state_dir: str | os.PathLike, config: Config
         backend = select(cfg.run.backend)
         with quiet_logs(), Executor(cfg.run.scheduler, cfg.run.workers, cfg.run.progress,
                                     gpus=backend.name == "gpu", memory_limit=cfg.run.memory_limit,
-                                    task_memory=WORKING_BYTES_PER_INPUT_BYTE * cfg.input.partition_bytes,
+                                    partition_bytes=cfg.input.partition_bytes,
                                     spill_dir=cfg.run.spill_dir or Path(root).resolve().parent) as executor:
             batch = compute_batch(state, batch_cfg, inputs, executor, backend, timer)
             failpoint("computed")

@@ -25,7 +25,7 @@ from ..stages.annotate import alias_table, annotate_parts, apply_paragraphs, edg
 from ..engine.backend import select
 from ..config import Config, annotation_names, resolve_config
 from ..engine.executor import Executor, quiet_logs
-from ..engine.spill import WORKING_BYTES_PER_INPUT_BYTE, machine_memory
+from ..engine.spill import machine_memory
 from ..io.reader import ROW_BITS, ParsedCache, load_partition, plan_partitions, read_documents
 from .runindex import write_run_index
 from ..io.writer import StagedOutput, write_batches, write_json, write_partition
@@ -96,7 +96,7 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
     # past run.memory_limit, kept partitions and states spill beside the output (the staging folder's parent)
     with quiet_logs(), Executor(cfg.run.scheduler, cfg.run.workers, cfg.run.progress, gpus=backend.name == "gpu",
                                 memory_limit=cfg.run.memory_limit,
-                                task_memory=WORKING_BYTES_PER_INPUT_BYTE * cfg.input.partition_bytes,
+                                partition_bytes=cfg.input.partition_bytes,
                                 spill_dir=cfg.run.spill_dir or Path(out).parent) as executor:
         with timer("plan"):
             reserved = annotation_names(cfg.output.annotation_prefix)  # input columns must not have these names
