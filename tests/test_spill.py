@@ -100,6 +100,22 @@ def test_store_keeps_within_its_budget(tmp_path):
     assert not folder.exists()
 
 
+def test_small_values_go_to_disk_after_the_large_ones(tmp_path, monkeypatch):
+    """An exchange's many small pieces stay in memory while larger values can make room (a file per small
+    piece costs more than its bytes); past that, they spill too, and the budget holds either way."""
+    monkeypatch.setattr(spill, "SMALL_VALUE_BYTES", 1000)
+    store = spill.SpillStore(5000, tmp_path)
+    large = [store.keep(np.zeros(250, np.int64)) for _ in range(2)]  # 2,000 bytes each, the oldest
+    small = [store.keep(np.zeros(50, np.int64)) for _ in range(4)]  # 400 bytes each
+    assert store.spills == 1 and store.memory_bytes <= 5000  # the oldest large one made room
+    small += [store.keep(np.zeros(50, np.int64)) for _ in range(6)]
+    assert store.spills == 2  # the other large one went before any small one
+    small += [store.keep(np.zeros(50, np.int64)) for _ in range(5)]
+    assert store.spills == 5 and store.memory_bytes <= 5000  # then the three oldest small ones
+    assert all(np.array_equal(v, np.zeros(len(v))) for v in compute(large + small, 1))
+    store.close()
+
+
 def test_stale_spill_folders_go_at_the_next_run(tmp_path):
     """A folder of a process that no longer runs is removed when the next store is made there; another
     live process's folder and unrelated folders stay."""
@@ -226,3 +242,41 @@ def test_the_budget_is_shared_with_the_running_tasks_and_caches():
         assert executor.store.set_aside(200) == 200 and executor.store.budget == budget - 200
     with Executor(workers=2, progress=False, memory_limit=1000, partition_bytes=100) as executor:
         assert executor.store.budget == 500
+
+
+@pytest.mark.parametrize("n_parts", [1, 5, 13])
+def test_components_by_exchanges_equal_the_union_find(tmp_path, n_parts):
+    """Min-label propagation by the engine's exchanges, every piece on disk (a 1-byte budget): the same
+    components as the union-find on a graph with a long chain (several pointer-jumping rounds), edges
+    below the threshold left out, isolated rows, and rows partitioned unevenly; each label is the
+    smallest row of its component."""
+    from gpucurate.kernels.pairs import components
+    from gpucurate.stages.components import exchange_components
+    from gpucurate.engine.executor import Executor
+    from gpucurate.engine.tasks import value
+    rng = np.random.default_rng(n_parts)
+    n = 2_000
+    chain = rng.permutation(n)[:500]  # one path of 500 rows in random order: diameter 499
+    i = np.concatenate([chain[:-1], rng.integers(0, n, 700)])
+    j = np.concatenate([chain[1:], rng.integers(0, n, 700)])
+    score = np.concatenate([np.ones(len(chain) - 1), rng.random(700)])
+    keep = i != j
+    i, j, score = np.minimum(i, j)[keep], np.maximum(i, j)[keep], score[keep]
+    above = score >= 0.5
+    mins = pd.Series(np.arange(n)).groupby(components(n, i[above], j[above])).transform("min").to_numpy()
+    offsets = np.unique(np.r_[0, np.sort(rng.integers(0, n, n_parts - 1)), n])
+    order = np.lexsort((j, i))
+    i, j, score, above = i[order], j[order], score[order], above[order]
+    cuts = np.searchsorted(i, offsets)
+    with Executor(workers=2, progress=False, memory_limit=1, spill_dir=tmp_path) as executor:
+        frames = [value(pd.DataFrame({"i": i[a:b], "j": j[a:b], "score": score[a:b]}))
+                  for a, b in zip(cuts[:-1], cuts[1:])]
+        adjacency, states = exchange_components(frames, 0.5, offsets, executor)
+        states = executor.compute(states, "collect")
+        assert executor.store.summary()["spills"] > 0
+    got = np.arange(n)
+    for p, state in enumerate(states):
+        assert np.all((state["nodes"] >= offsets[p]) & (state["nodes"] < offsets[p + 1]))
+        got[state["nodes"]] = state["labels"]
+    assert set(np.concatenate([s["nodes"] for s in states])) == set(i[above]) | set(j[above])
+    assert np.array_equal(got, mins)

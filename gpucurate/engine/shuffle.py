@@ -66,6 +66,11 @@ def owner_groups(n_parts: int) -> np.ndarray:
     return np.unique(np.linspace(0, n_parts, groups + 1).round().astype(np.int64))
 
 
+def owner_of(part_offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The partition holding each of ``rows`` (partition ``p`` holds ``part_offsets[p]:part_offsets[p + 1]``)."""
+    return np.searchsorted(part_offsets, rows, side="right") - 1
+
+
 def to_owners(rows: np.ndarray, columns: tuple, part_offsets: np.ndarray) -> tuple:
     """Split ``rows`` (global, ascending) and the arrays ``columns`` aligned with them by the partition that
     holds each row: one ``(rows, *columns)`` piece per partition."""

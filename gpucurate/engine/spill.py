@@ -45,6 +45,9 @@ _HOST = re.sub(r"[^A-Za-z0-9]", "_", socket.gethostname())
 #: what a running task holds of its own, per byte of its input partition: the parse, the normalized text,
 #: the shingle sets and their exchange pieces (measured 5 to 7 on JSON Lines of news text)
 WORKING_BYTES_PER_INPUT_BYTE = 6
+#: kept values under this size go to disk after all the larger ones: an exchange between P partitions
+#: makes P x P pieces, and one file each would cost more to open than its bytes
+SMALL_VALUE_BYTES = 256 * 1024
 
 
 def machine_memory() -> int:
@@ -131,7 +134,11 @@ class SpillStore:
         self.root = Path(root) if root is not None else Path(tempfile.gettempdir())
         self.folder: Path | None = None
         self._lock = threading.Lock()
-        self._lru: OrderedDict = OrderedDict()  # id -> weakref of the _Kept values in memory, oldest first
+        # id -> weakref of the _Kept values in memory, oldest first: the large ones, then the small ones,
+        # which go to disk only when the large ones are all there (a file per small piece costs more in
+        # opening it than in its bytes)
+        self._large: OrderedDict = OrderedDict()
+        self._small: OrderedDict = OrderedDict()
         self._count = 0
         self.memory_bytes = 0
         self.peak_bytes = 0
@@ -165,15 +172,19 @@ class SpillStore:
                     victims = self._victims(kept)
             else:
                 with self._lock:
-                    if id(kept) in self._lru:
-                        self._lru.move_to_end(id(kept))
+                    queue = self._queue(kept.nbytes)
+                    if id(kept) in queue:
+                        queue.move_to_end(id(kept))
                 victims = []
         self._spill_all(victims)
         return value
 
+    def _queue(self, nbytes: int) -> OrderedDict:
+        return self._small if nbytes < SMALL_VALUE_BYTES else self._large
+
     def _admit(self, kept: _Kept) -> None:
         key = id(kept)
-        self._lru[key] = weakref.ref(kept, functools.partial(self._gone, key, kept.nbytes))
+        self._queue(kept.nbytes)[key] = weakref.ref(kept, functools.partial(self._gone, key, kept.nbytes))
         self.memory_bytes += kept.nbytes
         self.peak_bytes = max(self.peak_bytes, self.memory_bytes)
 
@@ -181,15 +192,16 @@ class SpillStore:
         """The least recently used kept values to move to disk for ``memory_bytes`` to fit the budget (taken
         out of the count here, under the lock; written by the caller)."""
         victims = []
-        for key in list(self._lru):
-            if self.memory_bytes <= self.budget:
-                break
-            kept = self._lru[key]()
-            if kept is None or kept is newest:
-                continue
-            del self._lru[key]
-            self.memory_bytes -= kept.nbytes
-            victims.append(kept)
+        for queue in (self._large, self._small):
+            for key in list(queue):
+                if self.memory_bytes <= self.budget:
+                    return victims
+                kept = queue[key]()
+                if kept is None or kept is newest:
+                    continue
+                del queue[key]
+                self.memory_bytes -= kept.nbytes
+                victims.append(kept)
         return victims
 
     def _spill_all(self, victims: list) -> None:
@@ -234,8 +246,9 @@ class SpillStore:
     def _gone(self, key: int, nbytes: int, ref) -> None:
         """A kept value in memory that no task refers to any more: its bytes no longer count."""
         with self._lock:
-            if self._lru.get(key) is ref:
-                del self._lru[key]
+            queue = self._queue(nbytes)
+            if queue.get(key) is ref:
+                del queue[key]
                 self.memory_bytes -= nbytes
 
     def set_aside(self, nbytes: int) -> int:

@@ -261,23 +261,37 @@ def edge_batches(table: DocParts, fuzzy: FuzzyResult | None, semantic: SemanticR
     within-cluster pair of the semantic stage with cosine at or above its threshold (method ``cosine``).
     Fuzzy edges kept on Dask (``fuzzy.edge_frames``) come one partition at a time; the ids of the pairs'
     rows are asked of the table's partitions ``EDGE_BATCH`` pairs at a time."""
-    def edges(i, j, score, method, threshold):
-        for a in range(0, len(i), EDGE_BATCH):
-            b = a + EDGE_BATCH
-            yield _edges(table, executor, i[a:b], j[a:b], score[a:b], method, threshold)
+    def edges(chunks, method, threshold):
+        for i, j, score in _rebatched(chunks, EDGE_BATCH):
+            yield _edges(table, executor, i, j, score, method, threshold)
 
     if fuzzy is not None and fuzzy.edge_frames is not None:
-        for part in executor.iter_compute(fuzzy.edge_frames.to_delayed(), "write edges"):
-            yield from edges(part["i"].to_numpy(np.int64), part["j"].to_numpy(np.int64),
-                             part["score"].to_numpy(np.float64), fuzzy.score_kind, fuzzy.threshold)
+        parts = executor.iter_compute(fuzzy.edge_frames.to_delayed(), "write edges")
+        yield from edges(((p["i"].to_numpy(np.int64), p["j"].to_numpy(np.int64), p["score"].to_numpy(np.float64))
+                          for p in parts), fuzzy.score_kind, fuzzy.threshold)
     elif fuzzy is not None:
-        yield from edges(fuzzy.edge_i, fuzzy.edge_j, fuzzy.edge_score, fuzzy.score_kind, fuzzy.threshold)
+        yield from edges([(fuzzy.edge_i, fuzzy.edge_j, fuzzy.edge_score)], fuzzy.score_kind, fuzzy.threshold)
     if semantic is not None and semantic.edge_parts is not None:
-        for a, b, score in executor.iter_compute(semantic.edge_parts, "write edges"):
-            yield from edges(a, b, score.astype(np.float64), "cosine", semantic_threshold)
+        parts = executor.iter_compute(semantic.edge_parts, "write edges")
+        yield from edges(((a, b, score.astype(np.float64)) for a, b, score in parts), "cosine", semantic_threshold)
     elif semantic is not None:
-        yield from edges(semantic.edge_i, semantic.edge_j, semantic.edge_score, "cosine", semantic_threshold)
+        yield from edges([(semantic.edge_i, semantic.edge_j, semantic.edge_score)], "cosine", semantic_threshold)
     yield _edges(table, executor, np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), "", 1.0)
+
+
+def _rebatched(chunks, size: int):
+    """The ``(i, j, score)`` arrays of ``chunks`` cut into batches of ``size`` edges (the last one shorter),
+    so that ``edges.parquet``'s row groups do not depend on how the edges were partitioned."""
+    held, n = [], 0
+    for chunk in chunks:
+        held.append(chunk)
+        n += len(chunk[0])
+        while n >= size:
+            joined = [np.concatenate(column) for column in zip(*held)]
+            yield tuple(column[:size] for column in joined)
+            held, n = [tuple(column[size:] for column in joined)], n - size
+    if n:
+        yield tuple(np.concatenate(column) for column in zip(*held))
 
 
 def _edges(table: DocParts, executor, i, j, score, method: str, threshold: float) -> pa.Table:

@@ -1,5 +1,6 @@
-"""Connected components of an edge list that stays in a Dask DataFrame: min-label propagation with
-pointer jumping.
+"""Connected components of an edge list that is never gathered: min-label propagation with pointer jumping,
+on a Dask DataFrame (``component_labels``, on a cluster) or by the engine's bucketed exchanges between the
+table's partitions (``exchange_components``, in one process, within ``run.memory_limit``).
 
 Nodes are table rows ``0 <= row < n_rows``. Every collection is range-partitioned on the node with the
 same divisions, so joins on a node are partition-wise; each round moves data through three shuffles:
@@ -18,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..engine.executor import Executor
-from ..engine.shuffle import to_owners
+from ..engine.shuffle import by_bucket, exchange, owner_of, to_owners
 from ..engine.tasks import delayed
 
 log = logging.getLogger("gpucurate")
@@ -133,3 +134,148 @@ def component_labels(edges, n_rows: int, executor: Executor, npartitions: int):
         log.info("components on Dask: round %d, %d label(s) changed", rounds, changed)
         if changed == 0:
             return labels
+
+
+# -- the same propagation by the engine's exchanges: node ``v`` lives in the table partition of row ``v``;
+# an adjacency entry ``a -> b`` and a message ``label -> b`` are packed into one uint64, high word first, so
+# one sort groups them by node with the smallest neighbour or label first
+
+_SHIFT = np.uint64(32)
+_LOW = np.uint64(0xFFFFFFFF)
+
+
+def _pack(high: np.ndarray, low: np.ndarray) -> np.ndarray:
+    return (high.astype(np.uint64) << _SHIFT) | low.astype(np.uint64)
+
+
+def _high(packed: np.ndarray) -> np.ndarray:
+    return (packed >> _SHIFT).astype(np.int64)
+
+
+def _low(packed: np.ndarray) -> np.ndarray:
+    return (packed & _LOW).astype(np.int64)
+
+
+def _sorted_runs(packed: np.ndarray) -> tuple:
+    """``(node, smallest low word)`` of each run of equal high words of the sorted ``packed``."""
+    node = _high(packed)
+    starts = np.flatnonzero(np.r_[True, node[1:] != node[:-1]]) if len(node) else np.empty(0, np.int64)
+    return node[starts], _low(packed[starts])
+
+
+def _edge_split(edges: pd.DataFrame, n_parts: int, part_offsets: np.ndarray, threshold: float | None) -> tuple:
+    """Both directions ``a -> b`` of the edges ``(i, j)`` of one frame (with ``threshold``, those whose
+    ``score`` is at least it), one piece per partition of ``a``."""
+    i, j = edges["i"].to_numpy(np.int64), edges["j"].to_numpy(np.int64)
+    if threshold is not None:
+        keep = edges["score"].to_numpy() >= threshold - 1e-12
+        i, j = i[keep], j[keep]
+    a, b = np.concatenate([i, j]), np.concatenate([j, i])
+    return by_bucket(owner_of(part_offsets, a), n_parts, _pack(a, b))
+
+
+def _adjacency(pieces: list) -> tuple:
+    """A partition's adjacency: ``a << 32 | b`` sorted, and the degree of each of its nodes in order."""
+    adjacency = np.sort(np.concatenate([p[0] for p in pieces] + [np.empty(0, np.uint64)]))
+    node = _high(adjacency)
+    starts = np.flatnonzero(np.r_[True, node[1:] != node[:-1]]) if len(node) else np.empty(0, np.int64)
+    return adjacency, np.diff(np.r_[starts, len(node)])
+
+
+def _initial_labels(adjacency: tuple) -> dict:
+    """A partition's nodes with an edge (sorted), each one's first label (the smallest of itself and its
+    neighbours: its first adjacency entry) and whether it changed since it last sent (all: none has)."""
+    nodes, smallest = _sorted_runs(adjacency[0])
+    return {"nodes": nodes, "labels": np.minimum(nodes, smallest), "changed": np.ones(len(nodes), bool)}
+
+
+def _message_split(adjacency: tuple, state: dict, n_parts: int, part_offsets: np.ndarray) -> tuple:
+    """``label(a) -> b`` for each edge ``a -> b`` whose ``a`` changed label since it last sent (the others'
+    neighbours have their label already), one piece per partition of ``b``."""
+    entries, degree = adjacency
+    changed = state["changed"]
+    b = _low(entries[np.repeat(changed, degree)])
+    label = np.repeat(state["labels"][changed], degree[changed])
+    return by_bucket(owner_of(part_offsets, b), n_parts, _pack(b, label))
+
+
+def _lowered(state: dict, pieces: list) -> dict:
+    """Each node's label lowered to the smallest its neighbours sent."""
+    nodes, smallest = _sorted_runs(np.sort(np.concatenate([p[0] for p in pieces] + [np.empty(0, np.uint64)])))
+    labels = state["labels"].copy()
+    at = np.searchsorted(state["nodes"], nodes)
+    labels[at] = np.minimum(labels[at], smallest)
+    return {**state, "lowered": labels}
+
+
+def _ask_split(state: dict, n_parts: int, part_offsets: np.ndarray) -> tuple:
+    """The pointer jump's requests ``label << 32 | node``, one piece per partition of the label asked (a
+    node that is its own label has nothing to ask)."""
+    ask = state["lowered"] != state["nodes"]
+    labels = state["lowered"][ask]
+    return by_bucket(owner_of(part_offsets, labels), n_parts, _pack(labels, state["nodes"][ask]))
+
+
+def _answer_split(pieces: list, state: dict, n_parts: int, part_offsets: np.ndarray) -> tuple:
+    """The answers ``node << 32 | label(label(node))``, one piece per partition of the node that asked."""
+    asked = np.concatenate([p[0] for p in pieces] + [np.empty(0, np.uint64)])
+    node = _low(asked)
+    label = state["lowered"][np.searchsorted(state["nodes"], _high(asked))]
+    return by_bucket(owner_of(part_offsets, node), n_parts, _pack(node, label))
+
+
+def _jumped(state: dict, pieces: list) -> dict:
+    """The round's labels: lowered, then jumped to the label's label; ``changed`` against the round before."""
+    labels = state["lowered"].copy()
+    answers = np.concatenate([p[0] for p in pieces] + [np.empty(0, np.uint64)])
+    labels[np.searchsorted(state["nodes"], _high(answers))] = _low(answers)
+    return {"nodes": state["nodes"], "labels": labels, "changed": labels != state["labels"]}
+
+
+def _n_changed(state: dict) -> int:
+    return int(state["changed"].sum())
+
+
+def label_piece(state: dict) -> tuple:
+    """``(rows, labels)`` of a partition's nodes with an edge (``label_column``'s piece)."""
+    return state["nodes"], state["labels"]
+
+
+def n_adjacent(adjacency: tuple) -> int:
+    return len(adjacency[0])
+
+
+def exchange_components(edges: list, threshold: float | None, part_offsets: np.ndarray, executor: Executor) -> tuple:
+    """Components of the edges in ``edges`` ((delayed) frames ``(i, j)`` of table rows; with ``threshold``,
+    ``(i, j, score)`` frames whose pairs with ``score >= threshold`` are the edges), by the engine's
+    exchanges: no step holds more than a partition's nodes and the pieces sent to it, which the engine
+    keeps within ``run.memory_limit`` or on disk.
+
+    Returns ``(adjacency, states)``, per table partition the kept adjacency of its rows (``n_adjacent``
+    counts its entries, two an edge) and the kept state of its rows that have an edge: ``nodes`` (sorted
+    rows) and ``labels`` (the smallest row of each one's component, as ``component_labels``).
+    """
+    n_parts = len(part_offsets) - 1
+    to_nodes = exchange(executor, _edge_split, [(f,) for f in edges], n_parts, part_offsets, threshold,
+                        desc="components: edges")
+    # kept apart from the labels, which each round replaces
+    adjacency = executor.persist_tasks([delayed(_adjacency)(pieces) for pieces in to_nodes],
+                                       "components: adjacency")
+    states = executor.persist_tasks([delayed(_initial_labels)(a) for a in adjacency], "components: round 0")
+    rounds = 0
+    while True:
+        rounds += 1
+        messages = exchange(executor, _message_split, list(zip(adjacency, states)), n_parts, part_offsets,
+                            desc=f"components: round {rounds}: labels")
+        lowered = executor.persist_tasks([delayed(_lowered)(s, m) for s, m in zip(states, messages)],
+                                         f"components: round {rounds}: lower")
+        asks = exchange(executor, _ask_split, [(s,) for s in lowered], n_parts, part_offsets,
+                        desc=f"components: round {rounds}: jump")
+        answers = exchange(executor, _answer_split, list(zip(asks, lowered)), n_parts, part_offsets,
+                           desc=f"components: round {rounds}: answer")
+        states = executor.persist_tasks([delayed(_jumped)(s, a) for s, a in zip(lowered, answers)],
+                                        f"components: round {rounds}")
+        changed = sum(executor.compute([delayed(_n_changed)(s) for s in states], "components: compare"))
+        log.info("components by exchanges: round %d, %d label(s) changed", rounds, changed)
+        if changed == 0:
+            return adjacency, states

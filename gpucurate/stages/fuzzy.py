@@ -20,6 +20,7 @@ import pandas as pd
 from ..engine.backend import Backend
 from ..config import FuzzyConfig
 from ..engine.executor import Executor
+from ..engine.partitions import Partitions
 from ..kernels.hashing import permutations
 from ..kernels.minhash import CHAR, WORD
 from ..kernels.pairs import index_of, pack_pairs
@@ -306,9 +307,13 @@ class FuzzyDedup:
         t0 = time.perf_counter()
         on_dask = not by_exchange and (self.cfg.components == "dask" or (self.cfg.components == "auto" and (
             executor.client is not None or n_pairs > self.cfg.driver_max_pairs)))
-        log.info("fuzzy: %d candidate pairs (%.1f MB as an edge list); components on %s", n_pairs, n_pairs * 24 / 1e6,
-                 "Dask (min-label propagation)" if on_dask else "the driver")
-        if on_dask:
+        where = "exchanges" if by_exchange else "dask" if on_dask else "driver"
+        log.info("fuzzy: %d candidate pairs (%.1f MB as an edge list); components %s", n_pairs, n_pairs * 24 / 1e6,
+                 {"exchanges": "by exchanges between the partitions", "dask": "on Dask (min-label propagation)",
+                  "driver": "on the driver"}[where])
+        if by_exchange:
+            table, result = self._cluster_by_exchange(scored, n_pairs, sets, table, participants, executor)
+        elif on_dask:
             table, result = self._cluster_on_dask(scored, n_pairs, sets, table, participants, executor)
         else:
             rows = np.flatnonzero(_gathered(participants, executor)).astype(np.int64)
@@ -319,7 +324,7 @@ class FuzzyDedup:
             table = table.without(executor, "fuzzy: free sketches", "sketch")
             result.stats["device_resident"] = True
         steps["cluster"] = time.perf_counter() - t0
-        result.stats.update(lsh="exchange" if by_exchange else "dask", components="dask" if on_dask else "driver",
+        result.stats.update(lsh="exchange" if by_exchange else "dask", components=where,
                             step_seconds={k: round(v, 4) for k, v in steps.items()})
         return table, result
 
@@ -363,32 +368,52 @@ class FuzzyDedup:
         return FuzzyResult(rows, rows[canon_local], similarity, pi, pj, scores, self.score_kind,
                            self.score_threshold, self.bands, self.rows_per_band, stats, None)
 
-    #: component members per bucket of the exchange by label
-    members_per_bucket = 4_000_000
-
     def _cluster_on_dask(self, scored, n_pairs, sets, table: DocParts, participants: list, executor: Executor):
-        """Components by min-label propagation on Dask; each partition gets the labels of its rows, the
-        canonical of each component is chosen by an exchange on the label, and each member's similarity to
-        its canonical is scored where the member's shingle set is. The edges stay on the workers until
-        ``edges.parquet`` is written."""
-        from .components import component_labels, label_column, labels_by_owner, row_divisions
+        """Components by min-label propagation on Dask; the edges stay on the workers until ``edges.parquet``
+        is written (``_canonicals`` does the rest)."""
+        from .components import component_labels, labels_by_owner, row_divisions
         from . import fuzzy_dask
         from .fuzzy_dask import sorted_edges
-        offs, n_parts = table.part_offsets, table.npartitions
+        n_parts = table.npartitions
         # range-partitioned on i once: read in order for edges.parquet
         divisions = row_divisions(table.n, max(1, min(n_parts, n_pairs // fuzzy_dask.EDGES_PER_PARTITION + 1)))
         t0 = time.perf_counter()
         scored = executor.persist(sorted_edges(scored, divisions), "fuzzy: sort edges (dask)")
-        edges = scored[scored["score"] >= self.cfg.threshold - 1e-12]
+        edges = scored[scored["score"] >= self.score_threshold - 1e-12]
         n_edges = int(sum(executor.compute([delayed(len)(p) for p in edges.to_delayed()], "fuzzy: count edges")))
         log.info("fuzzy: %d edges sorted on Dask in %.1f s", n_edges, time.perf_counter() - t0)
         labels = component_labels(edges, table.n, executor, len(divisions) - 1)
         # each step is kept before the next takes its pieces, so a task's graph holds its own inputs only
-        by_owner = executor.persist_tasks([delayed(labels_by_owner)(part, offs) for part in labels.to_delayed()],
-                                          "fuzzy: labels")
+        by_owner = executor.persist_tasks([delayed(labels_by_owner)(part, table.part_offsets)
+                                           for part in labels.to_delayed()], "fuzzy: labels")
+        return self._canonicals([[b[q] for b in by_owner] for q in range(n_parts)], n_pairs, n_edges, sets, table,
+                                participants, executor, scored)
+
+    def _cluster_by_exchange(self, scored: Partitions, n_pairs, sets, table: DocParts, participants: list,
+                             executor: Executor):
+        """Components by the engine's exchanges between the table's partitions (``exchange_components``),
+        in one process within ``run.memory_limit``; ``scored`` holds each partition's pairs in ``(i, j)``
+        order, and is written as ``edges.parquet`` as it is."""
+        from .components import exchange_components, label_piece, n_adjacent
+        adjacency, states = exchange_components(scored.to_delayed(), self.score_threshold, table.part_offsets,
+                                                executor)
+        n_edges = sum(executor.compute([delayed(n_adjacent)(a) for a in adjacency], "fuzzy: count edges")) // 2
+        del adjacency
+        return self._canonicals([[delayed(label_piece)(s)] for s in states], n_pairs, n_edges, sets, table,
+                                participants, executor, scored)
+
+    #: component members per bucket of the exchange by label
+    members_per_bucket = 4_000_000
+
+    def _canonicals(self, labels: list, n_pairs: int, n_edges: int, sets, table: DocParts, participants: list,
+                    executor: Executor, edge_frames):
+        """Each partition gets the component labels of its rows (``labels[q]``: ``(rows, labels)`` pieces),
+        the canonical of each component is chosen by an exchange on the label, and each member's similarity
+        to its canonical is scored where the member's shingle set is; nothing per document comes here."""
+        from .components import label_column
+        offs, n_parts = table.part_offsets, table.npartitions
         n_buckets = max(1, -(-2 * n_edges // self.members_per_bucket))
-        labelled = table.update(executor, label_column, "fuzzy: labels",
-                                [[b[q] for b in by_owner] for q in range(n_parts)], name="fuzzy_component")
+        labelled = table.update(executor, label_column, "fuzzy: labels", labels, name="fuzzy_component")
         pieces = exchange(executor, _members_by_label, labelled.state_rows(), n_buckets, self.policy,
                           desc="fuzzy: split")
         groups = executor.persist_tasks([delayed(_component_canonicals)(p, offs) for p in pieces],
@@ -405,7 +430,7 @@ class FuzzyDedup:
         empty = np.empty(0, np.int64)
         return table, FuzzyResult(empty, empty, np.empty(0), empty, empty, np.empty(0), self.score_kind,
                                   self.score_threshold, self.bands, self.rows_per_band, stats, None,
-                                  edge_frames=scored)
+                                  edge_frames=edge_frames)
 
     def _drop_boilerplate(self, offsets: np.ndarray, values: np.ndarray, m: int):
         """Remove the shingles contained in more than ``boilerplate_max_df`` of the ``m`` documents.

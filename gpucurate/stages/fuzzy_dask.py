@@ -21,6 +21,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..engine.executor import Executor
+from ..engine.shuffle import owner_of
 from ..engine.tasks import delayed, to_dask
 from ..kernels.pairs import bucket_pairs, index_of
 from .sketches import FuzzyParams, signature_partition
@@ -69,13 +70,9 @@ def _unique_pairs(df: pd.DataFrame) -> pd.DataFrame:
                          "j": (pairs & np.uint64(0xFFFFFFFF)).astype(np.int64)})
 
 
-def _part_of(offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    return np.searchsorted(offsets, rows, side="right") - 1
-
-
 def _with_parts(df: pd.DataFrame, offsets: np.ndarray) -> pd.DataFrame:
     i, j = df["i"].to_numpy(np.int64), df["j"].to_numpy(np.int64)
-    return pd.DataFrame({"i": i, "j": j, "pi": _part_of(offsets, i), "pj": _part_of(offsets, j)})
+    return pd.DataFrame({"i": i, "j": j, "pi": owner_of(offsets, i), "pj": owner_of(offsets, j)})
 
 
 def _check_part(index: pd.Index, q: int) -> None:

@@ -8,7 +8,9 @@ shingle sets would not fit its memory budget (``run.memory_limit``): no step hol
    partition of ``j``;
 3. there the repeats are dropped and ``j``'s set is sent once to each partition holding an ``i`` of its
    pairs, with those pairs;
-4. there each pair is scored against ``i``'s set (exact Jaccard), one frame ``(i, j, score)`` a partition.
+4. there each pair is scored against ``i``'s set (exact Jaccard), one frame ``(i, j, score)`` a partition;
+5. the components, canonicals and members' similarities follow by exchanges too
+   (``components.exchange_components``, ``FuzzyDedup._canonicals``): nothing per document comes to the driver.
 
 The pieces between the steps are kept by the engine too (``engine.shuffle.exchange``), so past the budget
 they wait on disk. The candidate pairs and scores are the driver path's (``FuzzyDedup.run``), so the
@@ -22,10 +24,10 @@ import pandas as pd
 
 from ..engine.executor import Executor
 from ..engine.partitions import Partitions
-from ..engine.shuffle import by_bucket, exchange
-from ..engine.tasks import delayed, value
+from ..engine.shuffle import by_bucket, exchange, owner_of
+from ..engine.tasks import delayed
 from ..kernels.pairs import take_sets
-from .fuzzy_dask import SCORED_META, _part_of, aligned_scores
+from .fuzzy_dask import SCORED_META
 from .sketches import FuzzyParams, signature_partition
 
 _LOW = np.uint64(0xFFFFFFFF)
@@ -60,14 +62,14 @@ def _bucket_pairs(pieces: list, n_parts: int, max_bucket: int, anchors: int, par
     # rows ascend already (each piece in row order, the pieces in partition order): a stable sort by key
     order = np.argsort(keys, kind="stable")
     packed = bucket_pairs(keys[order], rows[order], max_bucket, anchors) if len(keys) else np.empty(0, np.uint64)
-    return by_bucket(_part_of(part_offsets, (packed & _LOW).astype(np.int64)), n_parts, packed)
+    return by_bucket(owner_of(part_offsets, (packed & _LOW).astype(np.int64)), n_parts, packed)
 
 
 def _pairs_split(pairs: pd.DataFrame, n_parts: int, part_offsets: np.ndarray) -> tuple:
     """Given pairs of table rows ``(i, j)``, packed, one piece per partition of ``j``."""
     i, j = pairs["i"].to_numpy(np.int64), pairs["j"].to_numpy(np.int64)
     packed = (i.astype(np.uint64) << _SHIFT) | j.astype(np.uint64)
-    return by_bucket(_part_of(part_offsets, j), n_parts, packed)
+    return by_bucket(owner_of(part_offsets, j), n_parts, packed)
 
 
 def _send_sets(pieces: list, sk: dict, n_parts: int, part_offsets: np.ndarray) -> list:
@@ -75,7 +77,7 @@ def _send_sets(pieces: list, sk: dict, n_parts: int, part_offsets: np.ndarray) -
     ``i``'s it pairs with; one piece ``(i, j, sent_j, set lengths, set values)`` per partition of ``i``."""
     packed = np.unique(np.concatenate([p[0] for p in pieces])) if pieces else np.empty(0, np.uint64)
     i, j = (packed >> _SHIFT).astype(np.int64), (packed & _LOW).astype(np.int64)
-    dest = _part_of(part_offsets, i)
+    dest = owner_of(part_offsets, i)
     sent = np.unique((dest.astype(np.uint64) << _SHIFT) | j.astype(np.uint64))  # (dest, j) once, in order
     sent_dest, sent_j = (sent >> _SHIFT).astype(np.int64), (sent & _LOW).astype(np.int64)
     idx = np.searchsorted(sk["rows"], sent_j)
@@ -112,32 +114,26 @@ def estimated_sketch_bytes(text_bytes: int, shingle: str) -> int:
 
 class KeptSets:
     """Scores of given pairs of table rows against the kept sketches' sets (the counterpart of
-    ``fuzzy_dask.HostSets`` for ``_cluster_edges``)."""
+    ``fuzzy_dask.HostSets`` for ``FuzzyDedup._canonicals``)."""
 
     def __init__(self, sketches: list, jaccard_pairs):
         self.sketches, self.jaccard_pairs = sketches, jaccard_pairs
 
-    def scored(self, table, executor: Executor, to_owner: list, desc: str) -> list:
-        """Persisted frames ``(i, j, score)`` per partition of ``i``, of the packed pairs in ``to_owner``
-        (per partition of ``j``, its pieces)."""
+    def scored(self, table, executor: Executor, pairs: list, desc: str = "fuzzy: similarity to canonicals") -> list:
+        """Per partition ``q``, a kept frame ``(i, j, score)`` of the pairs in ``pairs[q]`` (a (delayed) frame
+        ``(i, j)`` of table rows whose ``i`` are in partition ``q``), sorted by ``(i, j)``."""
+        to_owner = exchange(executor, _pairs_split, [(f,) for f in pairs], table.npartitions, table.part_offsets,
+                            desc=f"{desc}: pairs to their sets")
+        return self.scored_packed(table, executor, to_owner, desc)
+
+    def scored_packed(self, table, executor: Executor, to_owner: list, desc: str) -> list:
+        """``scored`` of the packed pairs ``i << 32 | j`` in ``to_owner`` (per partition of ``j``, its
+        pieces)."""
         n_parts, offs = table.npartitions, table.part_offsets
         to_verifier = exchange(executor, _send_sets, [(to_owner[q], self.sketches[q]) for q in range(n_parts)],
                                n_parts, offs, desc=f"{desc}: send sets")
         return executor.persist_tasks([delayed(_verify)(to_verifier[r], self.sketches[r], self.jaccard_pairs)
                                        for r in range(n_parts)], desc)
-
-    def pair_scores(self, table, executor: Executor, pi: np.ndarray, pj: np.ndarray) -> np.ndarray:
-        """float64 score of each pair ``(pi[k], pj[k])`` of table rows, in their order."""
-        if len(pi) == 0:
-            return np.empty(0, np.float64)
-        frames = [value(pd.DataFrame({"i": i, "j": j})) for i, j in
-                  by_bucket(_part_of(table.part_offsets, pj), table.npartitions, pi.astype(np.int64),
-                            pj.astype(np.int64))]
-        to_owner = exchange(executor, _pairs_split, [(f,) for f in frames], table.npartitions, table.part_offsets,
-                            desc="fuzzy: pairs to their sets")
-        scored = executor.compute(self.scored(table, executor, to_owner, "fuzzy: similarity to canonicals"),
-                                  "fuzzy: similarity to canonicals")
-        return aligned_scores(pd.concat(scored, ignore_index=True), pi, pj)
 
 
 def exchange_candidates(ddf, table, participants: list, params: FuzzyParams, backend, cfg, executor: Executor):
@@ -152,6 +148,6 @@ def exchange_candidates(ddf, table, participants: list, params: FuzzyParams, bac
                         cfg.bucket_anchors, offs, backend.pairs.bucket_pairs, desc="fuzzy: candidate pairs")
     del bands  # their pieces go as soon as their bucket task has run
     sets = KeptSets(sketches, backend.pairs.jaccard_pairs)
-    scored = sets.scored(table, executor, to_owner, "fuzzy: verify")
+    scored = sets.scored_packed(table, executor, to_owner, "fuzzy: verify")
     n_pairs = int(sum(executor.compute([delayed(len)(f) for f in scored], "fuzzy: count pairs")))
     return Partitions(scored, SCORED_META), n_pairs, sets
