@@ -14,8 +14,14 @@ edges and run index are byte-identical to the default-budget run of the same cor
     python benchmarks/bench_outofcore.py --factors 10 40 --limits default 1GB
     python benchmarks/bench_outofcore.py --factors 10 --limits default 200MB --out /tmp/ooc.json
 
-Writes ``benchmarks/results/bench_outofcore.json`` (``--out``). Not yet here: the command-line cluster
-(issue 31's point 6; ``bench_scale.py --cluster-factor`` runs one).
+``--cluster 2GB`` also runs each corpus on the command-line cluster: ``dask scheduler`` + two one-thread
+``dask worker`` processes with that ``--memory-limit``, the CLI with ``--set run.scheduler=...`` and the
+same partition size, the driver's peak RSS by GNU time (the command itself, not a warm benchmark process)
+and each worker's peak sampled every 0.2 s (psutil, with its children).
+
+    python benchmarks/bench_outofcore.py --factors 1 40 --limits default --cluster 2GB
+
+Writes ``benchmarks/results/bench_outofcore.json`` (``--out``).
 """
 
 from __future__ import annotations
@@ -24,10 +30,14 @@ import argparse
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -64,12 +74,14 @@ def write_corpus(path: Path, factor: int, group: int = 10, edit: float = 0.02, s
     return {"documents": docs, "text_bytes": text_bytes}
 
 
-def run_cli(src: Path, out: Path, limit: str | None) -> dict:
+def run_cli(src: Path, out: Path, limit: str | None, scheduler: str | None = None) -> dict:
     """``python -m gpucurate run`` under GNU time: seconds from spawn to exit, peak RSS, the summary."""
     cmd = [sys.executable, "-m", "gpucurate", "run", "--input", str(src), "--output", str(out), "-q",
            "--set", "semantic.enabled=false", "--set", "output.overwrite=true"]
     if limit is not None:
         cmd += ["--set", f"run.memory_limit={limit}"]
+    if scheduler is not None:
+        cmd += ["--set", f"run.scheduler={scheduler}"]
     with tempfile.TemporaryDirectory() as tmp:
         rss = Path(tmp) / "rss"
         t0 = time.perf_counter()
@@ -83,6 +95,56 @@ def run_cli(src: Path, out: Path, limit: str | None) -> dict:
         (out / "summary.json").read_text())}
 
 
+@contextmanager
+def cluster(memory: str, folder: Path):
+    """A ``dask scheduler`` and two one-thread ``dask worker`` processes with ``--memory-limit memory``;
+    yields ``(address, peaks)``, ``peaks`` filled with each worker's peak RSS (MiB, with its children)."""
+    import psutil
+    dask_cli = shutil.which("dask") or str(Path(sys.executable).with_name("dask"))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    log = open(folder / "cluster.log", "w")
+    procs = [subprocess.Popen([dask_cli, "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                               "--no-dashboard"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)]
+    peaks: dict = {}
+    stop = threading.Event()
+
+    def sample():
+        while not stop.wait(0.2):
+            for k, proc in enumerate(procs[1:]):
+                try:
+                    tree = psutil.Process(proc.pid)
+                    rss = sum(p.memory_info().rss for p in [tree, *tree.children(recursive=True)])
+                except psutil.Error:
+                    continue
+                peaks[k] = max(peaks.get(k, 0), round(rss / 2**20))
+    try:
+        time.sleep(3)
+        for k in range(2):
+            procs.append(subprocess.Popen([dask_cli, "worker", address, "--nthreads", "1", "--memory-limit", memory,
+                                           "--no-dashboard", "--local-directory", str(folder / f"worker{k}")],
+                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        from distributed import Client
+        with Client(address, timeout="60s") as client:
+            client.wait_for_workers(2, timeout=120)
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        yield address, peaks
+    finally:
+        stop.set()
+        for proc in reversed(procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
 def _outputs(out: Path) -> dict:
     return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*.parquet"))}
 
@@ -94,6 +156,8 @@ def main(argv=None) -> int:
                                                                          "'default' leaves it unset")
     p.add_argument("--group", type=int, default=10, help="near copies a pseudo-source")
     p.add_argument("--work", default=None, help="folder for the corpora and outputs (default: a temporary one)")
+    p.add_argument("--cluster", metavar="MEMORY", help="also run each corpus on a 2-worker command-line cluster "
+                                                         "with this --memory-limit per worker (e.g. 2GB)")
     p.add_argument("--out", default="benchmarks/results/bench_outofcore.json")
     args = p.parse_args(argv)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -107,9 +171,17 @@ def main(argv=None) -> int:
             src = work / f"x{factor}.jsonl"
             corpus = write_corpus(src, factor, args.group)
             reference = None
-            for limit in args.limits:
+            runs = [(limit, None) for limit in args.limits] + ([("cluster", args.cluster)] if args.cluster else [])
+            for limit, worker_memory in runs:
                 out = work / f"out-x{factor}-{limit}"
-                got = run_cli(src, out, None if limit == "default" else limit)
+                workers = ""
+                if worker_memory is None:
+                    got = run_cli(src, out, None if limit == "default" else limit)
+                else:
+                    with cluster(worker_memory, work) as (address, peaks):
+                        got = run_cli(src, out, None, address)
+                    limit = f"cluster {worker_memory}"
+                    workers = " / ".join(f"{peaks[k]:,}" for k in sorted(peaks))
                 memory = got["summary"].get("memory") or {}
                 files = _outputs(out)
                 reference = files if reference is None else reference
@@ -117,19 +189,27 @@ def main(argv=None) -> int:
                 rows.append({"corpus": f"x{factor}", "memory_limit": limit, "documents": corpus["documents"],
                              "text_mb": round(mb, 1), "seconds": got["seconds"],
                              "mb_s_per_core": round(mb / got["seconds"] / cores, 2),
-                             "peak_rss_mib": got["peak_rss_mib"],
+                             "peak_rss_mib": got["peak_rss_mib"], "worker_peaks_mib": workers,
                              "rss_per_text": round(got["peak_rss_mib"] * 2**20 / corpus["text_bytes"], 2),
                              "spilled_mb": round(memory.get("spilled_bytes", 0) / 1e6),
                              "fuzzy_duplicates": got["summary"]["stages"]["fuzzy"]["duplicates"],
                              "same_output": files == reference})
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-                if limit != args.limits[0]:
+                if out.name != f"out-x{factor}-{args.limits[0]}":
                     shutil.rmtree(out)
     cols = ["corpus", "memory_limit", "documents", "text_mb", "seconds", "mb_s_per_core", "peak_rss_mib",
-            "rss_per_text", "spilled_mb", "fuzzy_duplicates", "same_output"]
-    print_table(rows, cols, f"gpucurate run, one process on {cores} cores: peak RSS against the memory budget")
+            "worker_peaks_mib", "rss_per_text", "spilled_mb", "fuzzy_duplicates", "same_output"]
+    print_table(rows, cols, f"gpucurate run on {cores} cores: peak RSS against the memory budget (the driver's "
+                            "on a cluster)")
+    on_cluster = [r for r in rows if r["memory_limit"].startswith("cluster")]
+    growth = None
+    if len(on_cluster) > 1:  # the driver should hold nothing per document: its peak should not grow
+        first, last = on_cluster[0], on_cluster[-1]
+        growth = round((last["peak_rss_mib"] - first["peak_rss_mib"]) * 2**20 / (last["documents"] - first["documents"]))
+        print(f"driver peak RSS growth on the cluster: {growth} bytes per added document "
+              f"({first['corpus']} -> {last['corpus']})")
     write_json({"benchmark": "bench_outofcore", "date": time.strftime("%Y-%m-%d"), "cores": cores,
-                "group": args.group, "rows": rows}, args.out)
+                "group": args.group, "rows": rows, "driver_growth_bytes_per_document": growth}, args.out)
     print(f"wrote {args.out}")
     return 0
 

@@ -92,6 +92,8 @@ def test_store_keeps_within_its_budget(tmp_path):
     assert store.memory_bytes <= 3000 and store.peak_bytes <= 4000
     frame = pd.DataFrame({"a": np.arange(100), "s": [f"text {i}" for i in range(100)]})
     assert spill.nbytes_of({"f": frame, "x": (np.zeros(10), np.zeros(5, np.int32))}) > 800 + 100 * 8 + 100
+    ids = np.array([f"document-{i:040d}" for i in range(1000)], dtype=object)  # the strings, not the pointers
+    assert spill.nbytes_of(ids) > 1000 * 49 + ids.nbytes
     none = store.keep(None)  # a task's result may be None: it is kept like any other
     assert compute([none], 1) == [None] and store.spills == 4
     del tasks, got, none

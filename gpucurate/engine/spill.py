@@ -78,7 +78,7 @@ def nbytes_of(value) -> int:
     """Bytes a kept value holds: NumPy, pandas and Arrow buffers, containers summed; other objects by
     ``sys.getsizeof``. Text in object columns is estimated from a sample (it is not walked)."""
     if isinstance(value, np.ndarray):
-        return int(value.nbytes)
+        return _objects_nbytes(value) if value.dtype == object else int(value.nbytes)
     if isinstance(value, dict):
         return sum(nbytes_of(v) for v in value.values())
     if isinstance(value, (list, tuple)):
@@ -97,12 +97,16 @@ def nbytes_of(value) -> int:
 def _frame_nbytes(frame) -> int:
     total = int(frame.index.memory_usage())
     for _, column in frame.items():
-        if column.dtype == object and len(column):
-            sample = column.iloc[:: max(1, len(column) // 256)]
-            total += int(sum(sys.getsizeof(v) for v in sample) / len(sample) * len(column)) + 8 * len(column)
-        else:
-            total += int(column.array.nbytes)
+        total += _objects_nbytes(column.to_numpy()) if column.dtype == object else int(column.array.nbytes)
     return total
+
+
+def _objects_nbytes(values: np.ndarray) -> int:
+    """An object array's pointers and the objects they point to (ids, texts), estimated from a sample."""
+    if not len(values):
+        return 0
+    sample = values.reshape(-1)[:: max(1, values.size // 256)]
+    return int(sum(sys.getsizeof(v) for v in sample) / len(sample) * values.size) + 8 * values.size
 
 
 #: ``_Kept.value`` of a value that is on disk only (a task's result may itself be None)
