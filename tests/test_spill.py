@@ -247,13 +247,13 @@ def test_the_budget_is_shared_with_the_running_tasks_and_caches():
 
 
 @pytest.mark.parametrize("n_parts", [1, 5, 13])
-def test_components_by_exchanges_equal_the_union_find(tmp_path, n_parts):
+def test_components_by_exchanges_equal_the_union_find(tmp_path, n_parts, monkeypatch):
     """Min-label propagation by the engine's exchanges, every piece on disk (a 1-byte budget): the same
     components as the union-find on a graph with a long chain (several pointer-jumping rounds), edges
-    below the threshold left out, isolated rows, and rows partitioned unevenly; each label is the
-    smallest row of its component."""
-    from gpucurate.kernels.pairs import components
-    from gpucurate.stages.components import exchange_components
+    below the threshold left out, isolated rows, and rows partitioned unevenly, with the nodes in one range
+    or in ranges of partitions; each label is the smallest row of its component."""
+    from gpucurate.kernels.pairs import components as union_find
+    from gpucurate.stages import components
     from gpucurate.engine.executor import Executor
     from gpucurate.engine.tasks import value
     rng = np.random.default_rng(n_parts)
@@ -265,7 +265,7 @@ def test_components_by_exchanges_equal_the_union_find(tmp_path, n_parts):
     keep = i != j
     i, j, score = np.minimum(i, j)[keep], np.maximum(i, j)[keep], score[keep]
     above = score >= 0.5
-    mins = pd.Series(np.arange(n)).groupby(components(n, i[above], j[above])).transform("min").to_numpy()
+    mins = pd.Series(np.arange(n)).groupby(union_find(n, i[above], j[above])).transform("min").to_numpy()
     offsets = np.unique(np.r_[0, np.sort(rng.integers(0, n, n_parts - 1)), n])
     order = np.lexsort((j, i))
     i, j, score, above = i[order], j[order], score[order], above[order]
@@ -273,12 +273,17 @@ def test_components_by_exchanges_equal_the_union_find(tmp_path, n_parts):
     with Executor(workers=2, progress=False, memory_limit=1, spill_dir=tmp_path) as executor:
         frames = [value(pd.DataFrame({"i": i[a:b], "j": j[a:b], "score": score[a:b]}))
                   for a, b in zip(cuts[:-1], cuts[1:])]
-        adjacency, states = exchange_components(frames, 0.5, offsets, executor)
-        states = executor.compute(states, "collect")
-        assert executor.store.summary()["spills"] > 0
-    got = np.arange(n)
-    for p, state in enumerate(states):
-        assert np.all((state["nodes"] >= offsets[p]) & (state["nodes"] < offsets[p + 1]))
-        got[state["nodes"]] = state["labels"]
-    assert set(np.concatenate([s["nodes"] for s in states])) == set(i[above]) | set(j[above])
-    assert np.array_equal(got, mins)
+        for entries_per_range in (10**9, 300):  # the nodes in one range, in ranges of partitions
+            monkeypatch.setattr(components, "ENTRIES_PER_RANGE", entries_per_range)
+            bounds = components.node_ranges(offsets, len(i))
+            assert len(bounds) - 1 == (1 if entries_per_range > 10**6 else min(n_parts, -(-2 * len(i) // 300)))
+            states, n_edges = components.exchange_components(frames, 0.5, bounds, executor)
+            assert n_edges == above.sum()
+            pieces = executor.compute([p[0] for p in components.label_pieces(states, bounds, offsets)], "labels")
+            assert executor.store.summary()["spills"] > 0
+            got = np.arange(n)
+            for p, (nodes, labels) in enumerate(pieces):
+                assert np.all((nodes >= offsets[p]) & (nodes < offsets[p + 1]))
+                got[nodes] = labels
+            assert set(np.concatenate([p[0] for p in pieces])) == set(i[above]) | set(j[above])
+            assert np.array_equal(got, mins)

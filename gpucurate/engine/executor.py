@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from ..errors import ConfigError, WorkerLostError
 from .partitions import Partitions
 from .spill import WORKING_BYTES_PER_INPUT_BYTE, SpillStore, machine_memory
-from .tasks import compute, holds_dask, to_dask
+from .tasks import compute, delayed, holds_dask, to_dask
 from .threads import thread_map
 
 log = logging.getLogger("gpucurate")
@@ -210,16 +210,24 @@ class Executor:
             self._wait(futures_of(persisted), desc)
         return persisted
 
-    def persist_tasks(self, tasks: list, desc: str) -> list:
+    def persist_tasks(self, tasks: list, desc: str, measure=None):
         """Compute ``tasks`` and keep each result where it was computed (on a cluster, in its worker's
-        memory); returns tasks (Dask objects on a cluster) of the results, in order, for later tasks."""
+        memory); returns tasks (Dask objects on a cluster) of the results, in order, for later tasks.
+
+        ``measure(result)``, optional: a small fact about each result (its length), taken as it is made,
+        so that counting kept results does not read them back from disk; then returns ``(tasks, facts)``."""
         if self.client is None:  # the results stay here, in memory up to the budget, then on disk
-            return self._compute(tasks, desc, keep=self.store.keep)
+            if measure is None:
+                return self._compute(tasks, desc, keep=self.store.keep)
+            both = self._compute(tasks, desc, keep=lambda result: (self.store.keep(result), measure(result)))
+            return [b[0] for b in both], [b[1] for b in both]
         from distributed import futures_of
         with self._worker_deaths(desc):
             persisted = self.client.persist(to_dask(tasks))
             self._wait([f for t in persisted for f in futures_of(t)], desc)
-        return persisted
+        if measure is None:
+            return persisted
+        return persisted, self.compute([delayed(measure)(t) for t in persisted], desc)
 
     def values_here(self, tasks: list, desc: str) -> list:
         """Compute delayed ``tasks`` on this process's threads and return their values (only without a

@@ -136,7 +136,7 @@ def component_labels(edges, n_rows: int, executor: Executor, npartitions: int):
             return labels
 
 
-# -- the same propagation by the engine's exchanges: node ``v`` lives in the table partition of row ``v``;
+# -- the same propagation by the engine's exchanges: node ``v`` lives in the range of rows holding ``v``;
 # an adjacency entry ``a -> b`` and a message ``label -> b`` are packed into one uint64, high word first, so
 # one sort groups them by node with the smallest neighbour or label first
 
@@ -163,7 +163,7 @@ def _sorted_runs(packed: np.ndarray) -> tuple:
     return node[starts], _low(packed[starts])
 
 
-def _edge_split(edges: pd.DataFrame, n_parts: int, part_offsets: np.ndarray, threshold: float | None) -> tuple:
+def _edge_split(edges: pd.DataFrame, n_ranges: int, node_bounds: np.ndarray, threshold: float | None) -> tuple:
     """Both directions ``a -> b`` of the edges ``(i, j)`` of one frame (with ``threshold``, those whose
     ``score`` is at least it), one piece per partition of ``a``."""
     i, j = edges["i"].to_numpy(np.int64), edges["j"].to_numpy(np.int64)
@@ -171,7 +171,7 @@ def _edge_split(edges: pd.DataFrame, n_parts: int, part_offsets: np.ndarray, thr
         keep = edges["score"].to_numpy() >= threshold - 1e-12
         i, j = i[keep], j[keep]
     a, b = np.concatenate([i, j]), np.concatenate([j, i])
-    return by_bucket(owner_of(part_offsets, a), n_parts, _pack(a, b))
+    return by_bucket(owner_of(node_bounds, a), n_ranges, _pack(a, b))
 
 
 def _adjacency(pieces: list) -> tuple:
@@ -189,14 +189,14 @@ def _initial_labels(adjacency: tuple) -> dict:
     return {"nodes": nodes, "labels": np.minimum(nodes, smallest), "changed": np.ones(len(nodes), bool)}
 
 
-def _message_split(adjacency: tuple, state: dict, n_parts: int, part_offsets: np.ndarray) -> tuple:
+def _message_split(adjacency: tuple, state: dict, n_ranges: int, node_bounds: np.ndarray) -> tuple:
     """``label(a) -> b`` for each edge ``a -> b`` whose ``a`` changed label since it last sent (the others'
     neighbours have their label already), one piece per partition of ``b``."""
     entries, degree = adjacency
     changed = state["changed"]
     b = _low(entries[np.repeat(changed, degree)])
     label = np.repeat(state["labels"][changed], degree[changed])
-    return by_bucket(owner_of(part_offsets, b), n_parts, _pack(b, label))
+    return by_bucket(owner_of(node_bounds, b), n_ranges, _pack(b, label))
 
 
 def _lowered(state: dict, pieces: list) -> dict:
@@ -208,20 +208,20 @@ def _lowered(state: dict, pieces: list) -> dict:
     return {**state, "lowered": labels}
 
 
-def _ask_split(state: dict, n_parts: int, part_offsets: np.ndarray) -> tuple:
+def _ask_split(state: dict, n_ranges: int, node_bounds: np.ndarray) -> tuple:
     """The pointer jump's requests ``label << 32 | node``, one piece per partition of the label asked (a
     node that is its own label has nothing to ask)."""
     ask = state["lowered"] != state["nodes"]
     labels = state["lowered"][ask]
-    return by_bucket(owner_of(part_offsets, labels), n_parts, _pack(labels, state["nodes"][ask]))
+    return by_bucket(owner_of(node_bounds, labels), n_ranges, _pack(labels, state["nodes"][ask]))
 
 
-def _answer_split(pieces: list, state: dict, n_parts: int, part_offsets: np.ndarray) -> tuple:
+def _answer_split(pieces: list, state: dict, n_ranges: int, node_bounds: np.ndarray) -> tuple:
     """The answers ``node << 32 | label(label(node))``, one piece per partition of the node that asked."""
     asked = np.concatenate([p[0] for p in pieces] + [np.empty(0, np.uint64)])
     node = _low(asked)
     label = state["lowered"][np.searchsorted(state["nodes"], _high(asked))]
-    return by_bucket(owner_of(part_offsets, node), n_parts, _pack(node, label))
+    return by_bucket(owner_of(node_bounds, node), n_ranges, _pack(node, label))
 
 
 def _jumped(state: dict, pieces: list) -> dict:
@@ -236,46 +236,70 @@ def _n_changed(state: dict) -> int:
     return int(state["changed"].sum())
 
 
-def label_piece(state: dict) -> tuple:
-    """``(rows, labels)`` of a partition's nodes with an edge (``label_column``'s piece)."""
-    return state["nodes"], state["labels"]
+def label_pieces(states: list, node_bounds: np.ndarray, part_offsets: np.ndarray) -> list:
+    """Per table partition, ``[(rows, labels)]`` of its rows that have an edge (``label_column``'s pieces),
+    cut from the ``exchange_components`` states of the row ranges ``node_bounds``."""
+    pieces = []
+    for q in range(len(part_offsets) - 1):
+        g = min(int(np.searchsorted(node_bounds, part_offsets[q], side="right")) - 1, len(states) - 1)
+        pieces.append([delayed(_rows_between)(states[g], int(part_offsets[q]), int(part_offsets[q + 1]))])
+    return pieces
+
+
+def _rows_between(state: dict, low: int, high: int) -> tuple:
+    cut = np.searchsorted(state["nodes"], [low, high])
+    return state["nodes"][cut[0]:cut[1]], state["labels"][cut[0]:cut[1]]
 
 
 def n_adjacent(adjacency: tuple) -> int:
     return len(adjacency[0])
 
 
-def exchange_components(edges: list, threshold: float | None, part_offsets: np.ndarray, executor: Executor) -> tuple:
+#: adjacency entries (two an edge) a range of nodes holds, about: the ranges of ``exchange_components``
+#: are this many entries of the ``n_pairs`` given (at most), so that each round's exchanges make a few
+#: pieces per range, not partitions x partitions
+ENTRIES_PER_RANGE = 8_000_000
+
+
+def node_ranges(part_offsets: np.ndarray, n_pairs: int) -> np.ndarray:
+    """Row bounds of the ranges of table partitions whose nodes one task of ``exchange_components`` holds:
+    enough ranges for ``2 n_pairs`` adjacency entries at ``ENTRIES_PER_RANGE`` each, at most one a
+    partition."""
+    n_parts = len(part_offsets) - 1
+    n_ranges = max(1, min(n_parts, -(-2 * int(n_pairs) // ENTRIES_PER_RANGE)))
+    return np.asarray(part_offsets)[np.unique(np.linspace(0, n_parts, n_ranges + 1).round().astype(np.int64))]
+
+
+def exchange_components(edges: list, threshold: float | None, node_bounds: np.ndarray, executor: Executor) -> tuple:
     """Components of the edges in ``edges`` ((delayed) frames ``(i, j)`` of table rows; with ``threshold``,
     ``(i, j, score)`` frames whose pairs with ``score >= threshold`` are the edges), by the engine's
-    exchanges: no step holds more than a partition's nodes and the pieces sent to it, which the engine
-    keeps within ``run.memory_limit`` or on disk.
+    exchanges between ranges of rows (``node_bounds``, from ``node_ranges``): no step holds more than a
+    range's nodes and the pieces sent to it, which the engine keeps within ``run.memory_limit`` or on disk.
 
-    Returns ``(adjacency, states)``, per table partition the kept adjacency of its rows (``n_adjacent``
-    counts its entries, two an edge) and the kept state of its rows that have an edge: ``nodes`` (sorted
-    rows) and ``labels`` (the smallest row of each one's component, as ``component_labels``).
+    Returns ``(states, n_edges)``: per range, the kept state of its rows that have an edge, ``nodes``
+    (sorted rows) and ``labels`` (the smallest row of each one's component, as ``component_labels``), which
+    ``label_pieces`` cuts by table partition; and the number of edges.
     """
-    n_parts = len(part_offsets) - 1
-    to_nodes = exchange(executor, _edge_split, [(f,) for f in edges], n_parts, part_offsets, threshold,
+    n_ranges = len(node_bounds) - 1
+    to_nodes = exchange(executor, _edge_split, [(f,) for f in edges], n_ranges, node_bounds, threshold,
                         desc="components: edges")
     # kept apart from the labels, which each round replaces
-    adjacency = executor.persist_tasks([delayed(_adjacency)(pieces) for pieces in to_nodes],
-                                       "components: adjacency")
+    adjacency, entries = executor.persist_tasks([delayed(_adjacency)(pieces) for pieces in to_nodes],
+                                                "components: adjacency", measure=n_adjacent)
     states = executor.persist_tasks([delayed(_initial_labels)(a) for a in adjacency], "components: round 0")
     rounds = 0
     while True:
         rounds += 1
-        messages = exchange(executor, _message_split, list(zip(adjacency, states)), n_parts, part_offsets,
+        messages = exchange(executor, _message_split, list(zip(adjacency, states)), n_ranges, node_bounds,
                             desc=f"components: round {rounds}: labels")
         lowered = executor.persist_tasks([delayed(_lowered)(s, m) for s, m in zip(states, messages)],
                                          f"components: round {rounds}: lower")
-        asks = exchange(executor, _ask_split, [(s,) for s in lowered], n_parts, part_offsets,
+        asks = exchange(executor, _ask_split, [(s,) for s in lowered], n_ranges, node_bounds,
                         desc=f"components: round {rounds}: jump")
-        answers = exchange(executor, _answer_split, list(zip(asks, lowered)), n_parts, part_offsets,
+        answers = exchange(executor, _answer_split, list(zip(asks, lowered)), n_ranges, node_bounds,
                            desc=f"components: round {rounds}: answer")
-        states = executor.persist_tasks([delayed(_jumped)(s, a) for s, a in zip(lowered, answers)],
-                                        f"components: round {rounds}")
-        changed = sum(executor.compute([delayed(_n_changed)(s) for s in states], "components: compare"))
-        log.info("components by exchanges: round %d, %d label(s) changed", rounds, changed)
-        if changed == 0:
-            return adjacency, states
+        states, changed = executor.persist_tasks([delayed(_jumped)(s, a) for s, a in zip(lowered, answers)],
+                                                 f"components: round {rounds}", measure=_n_changed)
+        log.info("components by exchanges: round %d, %d label(s) changed", rounds, sum(changed))
+        if sum(changed) == 0:
+            return states, sum(entries) // 2

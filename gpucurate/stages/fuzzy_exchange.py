@@ -126,14 +126,14 @@ class KeptSets:
                             desc=f"{desc}: pairs to their sets")
         return self.scored_packed(table, executor, to_owner, desc)
 
-    def scored_packed(self, table, executor: Executor, to_owner: list, desc: str) -> list:
+    def scored_packed(self, table, executor: Executor, to_owner: list, desc: str, measure=None):
         """``scored`` of the packed pairs ``i << 32 | j`` in ``to_owner`` (per partition of ``j``, its
-        pieces)."""
+        pieces); with ``measure``, ``(scored, measure of each frame)`` (``Executor.persist_tasks``)."""
         n_parts, offs = table.npartitions, table.part_offsets
         to_verifier = exchange(executor, _send_sets, [(to_owner[q], self.sketches[q]) for q in range(n_parts)],
                                n_parts, offs, desc=f"{desc}: send sets")
         return executor.persist_tasks([delayed(_verify)(to_verifier[r], self.sketches[r], self.jaccard_pairs)
-                                       for r in range(n_parts)], desc)
+                                       for r in range(n_parts)], desc, measure)
 
 
 def exchange_candidates(ddf, table, participants: list, params: FuzzyParams, backend, cfg, executor: Executor):
@@ -148,6 +148,6 @@ def exchange_candidates(ddf, table, participants: list, params: FuzzyParams, bac
                         cfg.bucket_anchors, offs, backend.pairs.bucket_pairs, desc="fuzzy: candidate pairs")
     del bands  # their pieces go as soon as their bucket task has run
     sets = KeptSets(sketches, backend.pairs.jaccard_pairs)
-    scored = sets.scored_packed(table, executor, to_owner, "fuzzy: verify")
-    n_pairs = int(sum(executor.compute([delayed(len)(f) for f in scored], "fuzzy: count pairs")))
+    scored, lengths = sets.scored_packed(table, executor, to_owner, "fuzzy: verify", measure=len)
+    n_pairs = int(sum(lengths))
     return Partitions(scored, SCORED_META), n_pairs, sets

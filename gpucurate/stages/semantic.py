@@ -299,7 +299,8 @@ class SemanticDedup:
         (on Dask on a cluster), and
         the keep rule runs per bucket of components (a point's fate depends only on the earlier points of
         its component). This process holds the k-means sample and counts."""
-        from .components import component_labels, exchange_components, label_column, label_piece, labels_by_owner
+        from .components import (component_labels, exchange_components, label_column, label_pieces,
+                                 labels_by_owner, node_ranges)
         cfg, kernels = self.cfg, self.backend.semantic
         offs, n_parts = table.part_offsets, table.npartitions
         steps: dict[str, float] = {}
@@ -348,8 +349,9 @@ class SemanticDedup:
 
         # the keep rule per bucket of connected components of the pairs
         if executor.client is None:  # by the engine's exchanges, within run.memory_limit
-            _, states = exchange_components([delayed(_edge_frame)(e) for e in edges], None, offs, executor)
-            label_pieces = [[delayed(label_piece)(s)] for s in states]
+            bounds = node_ranges(offs, n_edges)
+            states, _ = exchange_components([delayed(_edge_frame)(e) for e in edges], None, bounds, executor)
+            labels_of_parts = label_pieces(states, bounds, offs)
         else:
             import dask.dataframe as dd
             frame = dd.from_delayed(to_dask([delayed(_edge_frame)(e) for e in edges] or
@@ -357,8 +359,9 @@ class SemanticDedup:
             labels = component_labels(frame, table.n, executor, max(1, len(edges)))
             by_owner = executor.persist_tasks([delayed(labels_by_owner)(part, offs) for part in labels.to_delayed()],
                                               "semantic: components")
-            label_pieces = [[b[q] for b in by_owner] for q in range(n_parts)]
-        table = table.update(executor, label_column, "semantic: components", label_pieces, name="semantic_component")
+            labels_of_parts = [[b[q] for b in by_owner] for q in range(n_parts)]
+        table = table.update(executor, label_column, "semantic: components", labels_of_parts,
+                             name="semantic_component")
         edge_labels = lookup(executor, [delayed(_edge_rows)(e) for e in edges],
                              table.columns("semantic_component"), offs, answer_columns, "semantic: components")
         n_buckets_keep = max(1, -(-(2 * n_edges) // self.members_per_bucket))
