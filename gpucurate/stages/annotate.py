@@ -250,53 +250,90 @@ def alias_table(annotations: pa.Table) -> pa.Table:
                      "stage": df.column("drop_stage"), "similarity": df.column("similarity")})
 
 
-#: edges per batch of ``edges.parquet`` (and per id lookup)
-EDGE_BATCH = 1_000_000
+#: edges per batch (row group) of ``edges.parquet``, and per id lookup of the driver's edge arrays: what
+#: this process holds of the edges at a time
+EDGE_BATCH = 100_000
 
 
 def edge_batches(table: DocParts, fuzzy: FuzzyResult | None, semantic: SemanticResult | None = None,
                  semantic_threshold: float = 1.0, executor=None):
-    """``edges.parquet`` in Arrow tables: every verified fuzzy candidate pair (both ends exact canonicals)
-    with its Jaccard (method ``jaccard``, or ``minhash`` estimates without verification), then every
-    within-cluster pair of the semantic stage with cosine at or above its threshold (method ``cosine``).
-    Fuzzy edges kept on Dask (``fuzzy.edge_frames``) come one partition at a time; the ids of the pairs'
-    rows are asked of the table's partitions ``EDGE_BATCH`` pairs at a time."""
-    def edges(chunks, method, threshold):
-        for i, j, score in _rebatched(chunks, EDGE_BATCH):
-            yield _edges(table, executor, i, j, score, method, threshold)
+    """``edges.parquet`` in Arrow tables of ``EDGE_BATCH`` rows (the last one shorter), so that its row
+    groups do not depend on where the edges were: every verified fuzzy candidate pair (both ends exact
+    canonicals) with its Jaccard (method ``jaccard``, or ``minhash`` estimates without verification), then
+    every within-cluster pair of the semantic stage with cosine at or above its threshold (``cosine``).
+
+    Edges kept in partitions (``fuzzy.edge_frames``, ``semantic.edge_parts``) get their ids where they are
+    (a ``lookup``), and come here one partition's table at a time; the driver's edge arrays ask the
+    table's partitions for their ids a batch at a time."""
+    def from_arrays(i, j, score, method, threshold):
+        for a in range(0, len(i), EDGE_BATCH):
+            b = a + EDGE_BATCH
+            yield _edges(table, executor, i[a:b], j[a:b], score[a:b], method, threshold)
+
+    def from_parts(parts, method, threshold):
+        ids = lookup(executor, [delayed(_pair_rows)(p) for p in parts], table.columns("id"), table.part_offsets,
+                     answer_columns, "edges: ids")
+        if executor.client is None:  # a part is here already
+            slices = [[(0, None)] for _ in parts]
+        else:  # gathered in slices of at most EDGE_BATCH edges (a part of Dask's sorted edges can hold more)
+            lengths = executor.compute([delayed(_n_edges)(p) for p in parts], "edges: count")
+            slices = [[(a, a + EDGE_BATCH) for a in range(0, n, EDGE_BATCH)] for n in lengths]
+        tasks = [delayed(_part_edges)(p, got, method, threshold, a, b)
+                 for p, got, cuts in zip(parts, ids, slices) for a, b in cuts]
+        return _rebatched(executor.iter_compute(tasks, "write edges"), EDGE_BATCH)
 
     if fuzzy is not None and fuzzy.edge_frames is not None:
-        parts = executor.iter_compute(fuzzy.edge_frames.to_delayed(), "write edges")
-        yield from edges(((p["i"].to_numpy(np.int64), p["j"].to_numpy(np.int64), p["score"].to_numpy(np.float64))
-                          for p in parts), fuzzy.score_kind, fuzzy.threshold)
+        yield from from_parts([delayed(_frame_edges)(f) for f in fuzzy.edge_frames.to_delayed()],
+                              fuzzy.score_kind, fuzzy.threshold)
     elif fuzzy is not None:
-        yield from edges([(fuzzy.edge_i, fuzzy.edge_j, fuzzy.edge_score)], fuzzy.score_kind, fuzzy.threshold)
+        yield from from_arrays(fuzzy.edge_i, fuzzy.edge_j, fuzzy.edge_score, fuzzy.score_kind, fuzzy.threshold)
     if semantic is not None and semantic.edge_parts is not None:
-        parts = executor.iter_compute(semantic.edge_parts, "write edges")
-        yield from edges(((a, b, score.astype(np.float64)) for a, b, score in parts), "cosine", semantic_threshold)
+        yield from from_parts(semantic.edge_parts, "cosine", semantic_threshold)
     elif semantic is not None:
-        yield from edges([(semantic.edge_i, semantic.edge_j, semantic.edge_score)], "cosine", semantic_threshold)
+        yield from from_arrays(semantic.edge_i, semantic.edge_j, semantic.edge_score, "cosine", semantic_threshold)
     yield _edges(table, executor, np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), "", 1.0)
 
 
-def _rebatched(chunks, size: int):
-    """The ``(i, j, score)`` arrays of ``chunks`` cut into batches of ``size`` edges (the last one shorter),
-    so that ``edges.parquet``'s row groups do not depend on how the edges were partitioned."""
+def _frame_edges(frame) -> tuple:
+    return frame["i"].to_numpy(np.int64), frame["j"].to_numpy(np.int64), frame["score"].to_numpy(np.float64)
+
+
+def _pair_rows(edges: tuple) -> np.ndarray:
+    return np.concatenate([edges[0], edges[1]]).astype(np.int64)
+
+
+def _n_edges(edges: tuple) -> int:
+    return len(edges[0])
+
+
+def _part_edges(edges: tuple, ids: tuple, method: str, threshold: float, start: int, stop: int | None) -> pa.Table:
+    """The edges ``start:stop`` of one part, with the ids of their rows (``ids``: of ``_pair_rows``)."""
+    n = len(edges[0])
+    cut = slice(start, stop)
+    return _edge_table(ids[0][:n][cut], ids[0][n:][cut], np.asarray(edges[2][cut], np.float64), method, threshold)
+
+
+def _rebatched(tables, size: int):
+    """Arrow ``tables`` cut into tables of ``size`` rows (the last one shorter), each in one chunk."""
     held, n = [], 0
-    for chunk in chunks:
-        held.append(chunk)
-        n += len(chunk[0])
+    for t in tables:
+        held.append(t)
+        n += t.num_rows
         while n >= size:
-            joined = [np.concatenate(column) for column in zip(*held)]
-            yield tuple(column[:size] for column in joined)
-            held, n = [tuple(column[size:] for column in joined)], n - size
+            joined = pa.concat_tables(held).combine_chunks()
+            yield joined.slice(0, size)
+            held, n = [joined.slice(size)], n - size
     if n:
-        yield tuple(np.concatenate(column) for column in zip(*held))
+        yield pa.concat_tables(held).combine_chunks()
 
 
 def _edges(table: DocParts, executor, i, j, score, method: str, threshold: float) -> pa.Table:
     ids = table.values_at(executor, "id", np.concatenate([i, j])) if len(i) else None
     ids_a, ids_b = (ids[:len(i)], ids[len(i):]) if ids is not None else (_no_ids(table), _no_ids(table))
+    return _edge_table(ids_a, ids_b, score, method, threshold)
+
+
+def _edge_table(ids_a, ids_b, score, method: str, threshold: float) -> pa.Table:
     return pa.table({
         "id_a": id_array(ids_a),
         "id_b": id_array(ids_b),
