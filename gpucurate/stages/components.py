@@ -1,6 +1,6 @@
 """Connected components of an edge list that is never gathered: min-label propagation with pointer jumping,
-on a Dask DataFrame (``component_labels``, on a cluster) or by the engine's bucketed exchanges between the
-table's partitions (``exchange_components``, in one process, within ``run.memory_limit``).
+on a Dask DataFrame (``component_labels``, on a cluster) or by the engine's bucketed exchanges between
+ranges of the table's rows (``exchange_components``, in one process, within ``run.memory_limit``).
 
 Nodes are table rows ``0 <= row < n_rows``. Every collection is range-partitioned on the node with the
 same divisions, so joins on a node are partition-wise; each round moves data through three shuffles:
@@ -156,16 +156,21 @@ def _low(packed: np.ndarray) -> np.ndarray:
     return (packed & _LOW).astype(np.int64)
 
 
+def _run_starts(node: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of the sorted ``node`` starts."""
+    return np.flatnonzero(np.r_[True, node[1:] != node[:-1]]) if len(node) else np.empty(0, np.int64)
+
+
 def _sorted_runs(packed: np.ndarray) -> tuple:
     """``(node, smallest low word)`` of each run of equal high words of the sorted ``packed``."""
     node = _high(packed)
-    starts = np.flatnonzero(np.r_[True, node[1:] != node[:-1]]) if len(node) else np.empty(0, np.int64)
+    starts = _run_starts(node)
     return node[starts], _low(packed[starts])
 
 
 def _edge_split(edges: pd.DataFrame, n_ranges: int, node_bounds: np.ndarray, threshold: float | None) -> tuple:
     """Both directions ``a -> b`` of the edges ``(i, j)`` of one frame (with ``threshold``, those whose
-    ``score`` is at least it), one piece per partition of ``a``."""
+    ``score`` is at least it), one piece per range of ``a``."""
     i, j = edges["i"].to_numpy(np.int64), edges["j"].to_numpy(np.int64)
     if threshold is not None:
         keep = edges["score"].to_numpy() >= threshold - 1e-12
@@ -175,15 +180,13 @@ def _edge_split(edges: pd.DataFrame, n_ranges: int, node_bounds: np.ndarray, thr
 
 
 def _adjacency(pieces: list) -> tuple:
-    """A partition's adjacency: ``a << 32 | b`` sorted, and the degree of each of its nodes in order."""
+    """A range's adjacency: ``a << 32 | b`` sorted, and the degree of each of its nodes in order."""
     adjacency = np.sort(np.concatenate([p[0] for p in pieces] + [np.empty(0, np.uint64)]))
-    node = _high(adjacency)
-    starts = np.flatnonzero(np.r_[True, node[1:] != node[:-1]]) if len(node) else np.empty(0, np.int64)
-    return adjacency, np.diff(np.r_[starts, len(node)])
+    return adjacency, np.diff(np.r_[_run_starts(_high(adjacency)), len(adjacency)])
 
 
 def _initial_labels(adjacency: tuple) -> dict:
-    """A partition's nodes with an edge (sorted), each one's first label (the smallest of itself and its
+    """A range's nodes with an edge (sorted), each one's first label (the smallest of itself and its
     neighbours: its first adjacency entry) and whether it changed since it last sent (all: none has)."""
     nodes, smallest = _sorted_runs(adjacency[0])
     return {"nodes": nodes, "labels": np.minimum(nodes, smallest), "changed": np.ones(len(nodes), bool)}
@@ -191,7 +194,7 @@ def _initial_labels(adjacency: tuple) -> dict:
 
 def _message_split(adjacency: tuple, state: dict, n_ranges: int, node_bounds: np.ndarray) -> tuple:
     """``label(a) -> b`` for each edge ``a -> b`` whose ``a`` changed label since it last sent (the others'
-    neighbours have their label already), one piece per partition of ``b``."""
+    neighbours have their label already), one piece per range of ``b``."""
     entries, degree = adjacency
     changed = state["changed"]
     b = _low(entries[np.repeat(changed, degree)])
@@ -209,7 +212,7 @@ def _lowered(state: dict, pieces: list) -> dict:
 
 
 def _ask_split(state: dict, n_ranges: int, node_bounds: np.ndarray) -> tuple:
-    """The pointer jump's requests ``label << 32 | node``, one piece per partition of the label asked (a
+    """The pointer jump's requests ``label << 32 | node``, one piece per range of the label asked (a
     node that is its own label has nothing to ask)."""
     ask = state["lowered"] != state["nodes"]
     labels = state["lowered"][ask]
@@ -217,7 +220,7 @@ def _ask_split(state: dict, n_ranges: int, node_bounds: np.ndarray) -> tuple:
 
 
 def _answer_split(pieces: list, state: dict, n_ranges: int, node_bounds: np.ndarray) -> tuple:
-    """The answers ``node << 32 | label(label(node))``, one piece per partition of the node that asked."""
+    """The answers ``node << 32 | label(label(node))``, one piece per range of the node that asked."""
     asked = np.concatenate([p[0] for p in pieces] + [np.empty(0, np.uint64)])
     node = _low(asked)
     label = state["lowered"][np.searchsorted(state["nodes"], _high(asked))]
