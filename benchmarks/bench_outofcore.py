@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -43,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import print_table, reuters_bodies, write_json  # noqa: E402
+from common import print_table, reuters_bodies, stop_processes, write_json  # noqa: E402
 
 TIME = "/usr/bin/time"
 
@@ -134,14 +133,7 @@ def cluster(memory: str, folder: Path):
         yield address, peaks
     finally:
         stop.set()
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop_processes(procs)
         log.close()
 
 

@@ -27,7 +27,6 @@ import argparse
 import logging
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -38,7 +37,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import PeakMemory, print_table, timed, write_json  # noqa: E402
+from common import PeakMemory, print_table, stop_processes, timed, write_json  # noqa: E402
 from synthetic import write_corpus  # noqa: E402
 
 import gpucurate  # noqa: E402
@@ -113,14 +112,7 @@ def cluster_run(corpus: Path, out: Path, memory: str, partition_mb: int, compone
                 "mb_per_s_per_core": round(summary["stages"]["input"]["text_bytes"] / 1e6 / seconds / 2, 2),
                 **ground_truth_scores(out)}
     finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+        stop_processes(procs)
         log.close()
 
 

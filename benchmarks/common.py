@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import signal
+import subprocess
 import threading
 import time
 from contextlib import contextmanager
@@ -108,3 +110,16 @@ def _fmt(v) -> str:
 def write_json(data: dict, path: str | Path) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(data, indent=2) + "\n")
+
+
+def stop_processes(procs: list) -> None:
+    """Stop started process groups (a scheduler and its workers), newest first: SIGTERM, then SIGKILL
+    after 30 s."""
+    for proc in reversed(procs):
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
