@@ -243,8 +243,8 @@ class SpillStore:
                     self.folder = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{_HOST}-{os.getpid()}-", dir=self.root))
                 except OSError as exc:
                     raise OutputError(f"cannot make a spill folder: {exc.strerror or exc}", self.root) from None
-                log.info("memory: kept values past their %.0f MB of run.memory_limit, spilling to %s", self.budget / 1e6,
-                         self.folder)
+                log.info("memory: kept values past their %.0f MB of run.memory_limit, spilling to %s",
+                         self.budget / 1e6, self.folder)
             return self.folder
 
     def _gone(self, key: int, nbytes: int, ref) -> None:

@@ -306,3 +306,12 @@ def exchange_components(edges: list, threshold: float | None, node_bounds: np.nd
         log.info("components by exchanges: round %d, %d label(s) changed", rounds, sum(changed))
         if sum(changed) == 0:
             return states, sum(entries) // 2
+
+
+def labels_by_exchanges(edges: list, threshold: float | None, part_offsets: np.ndarray, n_pairs: int,
+                        executor: Executor) -> tuple:
+    """``exchange_components`` over ranges sized for ``n_pairs`` pairs (``node_ranges``): per table partition
+    its ``label_column`` pieces, and the number of edges."""
+    bounds = node_ranges(part_offsets, n_pairs)
+    states, n_edges = exchange_components(edges, threshold, bounds, executor)
+    return label_pieces(states, bounds, part_offsets), n_edges

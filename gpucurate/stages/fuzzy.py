@@ -394,11 +394,10 @@ class FuzzyDedup:
         """Components by the engine's exchanges between the table's partitions (``exchange_components``),
         in one process within ``run.memory_limit``; ``scored`` holds each partition's pairs in ``(i, j)``
         order, and is written as ``edges.parquet`` as it is."""
-        from .components import exchange_components, label_pieces, node_ranges
-        bounds = node_ranges(table.part_offsets, n_pairs)
-        states, n_edges = exchange_components(scored.to_delayed(), self.score_threshold, bounds, executor)
-        return self._canonicals(label_pieces(states, bounds, table.part_offsets), n_pairs, n_edges, sets, table,
-                                participants, executor, scored)
+        from .components import labels_by_exchanges
+        labels, n_edges = labels_by_exchanges(scored.to_delayed(), self.score_threshold, table.part_offsets,
+                                              n_pairs, executor)
+        return self._canonicals(labels, n_pairs, n_edges, sets, table, participants, executor, scored)
 
     #: component members per bucket of the exchange by label
     members_per_bucket = 4_000_000

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from ..config import NormalizeConfig, ParagraphsConfig
 from ..engine.executor import Executor
-from ..engine.shuffle import exchange
+from ..engine.shuffle import exchange, owner_of
 from ..engine.tasks import delayed
 from ..kernels.gates import paragraph_spans
 from ..kernels.hashing import padded_words
@@ -197,7 +197,7 @@ def _bucket_counts(bucket: tuple) -> tuple:
 
 def _cuts_by_partition(bucket: tuple, n_parts: int, offsets: np.ndarray) -> tuple:
     spans = bucket[0]
-    part = np.searchsorted(offsets, spans["row"].to_numpy(), side="right") - 1
+    part = owner_of(offsets, spans["row"].to_numpy())
     return tuple(spans[part == q] for q in range(n_parts))
 
 

@@ -47,7 +47,7 @@ from ..config import SemanticConfig
 from .encoder import Encoder, encoder_available
 from ..errors import ConfigError
 from ..engine.executor import Executor
-from ..engine.shuffle import answer_columns, by_bucket, exchange, lookup, owner_groups, to_owners
+from ..engine.shuffle import answer_columns, by_bucket, exchange, lookup, owner_groups, owner_of, to_owners
 from ..engine.tasks import delayed, to_dask
 from .table import DocParts, DocTable, id_array, own_rows_with, state_policy_key
 
@@ -296,11 +296,9 @@ class SemanticDedup:
         Everything per document stays on the workers: the pairs found by the within-cluster search go to
         the partition group of their smaller row, where each pair is kept once (``first_found``) and sorted
         (``edges.parquet`` reads them in that order); their connected components are found by exchanges
-        (on Dask on a cluster), and
-        the keep rule runs per bucket of components (a point's fate depends only on the earlier points of
-        its component). This process holds the k-means sample and counts."""
-        from .components import (component_labels, exchange_components, label_column, label_pieces,
-                                 labels_by_owner, node_ranges)
+        (on Dask on a cluster), and the keep rule runs per bucket of components (a point's fate depends only
+        on the earlier points of its component). This process holds the k-means sample and counts."""
+        from .components import component_labels, label_column, labels_by_exchanges, labels_by_owner
         cfg, kernels = self.cfg, self.backend.semantic
         offs, n_parts = table.part_offsets, table.npartitions
         steps: dict[str, float] = {}
@@ -349,9 +347,8 @@ class SemanticDedup:
 
         # the keep rule per bucket of connected components of the pairs
         if executor.client is None:  # by the engine's exchanges, within run.memory_limit
-            bounds = node_ranges(offs, n_edges)
-            states, _ = exchange_components([delayed(_edge_frame)(e) for e in edges], None, bounds, executor)
-            labels_of_parts = label_pieces(states, bounds, offs)
+            labels_of_parts, _ = labels_by_exchanges([delayed(_edge_frame)(e) for e in edges], None, offs, n_edges,
+                                                     executor)
         else:
             import dask.dataframe as dd
             frame = dd.from_delayed(to_dask([delayed(_edge_frame)(e) for e in edges] or
@@ -490,7 +487,7 @@ def _pairs_by_group(found: tuple, row_bounds: np.ndarray) -> tuple:
     holding ``a``."""
     a, b, score, cluster, probed = found[:5]
     a, b = np.minimum(a, b), np.maximum(a, b)
-    group = np.searchsorted(row_bounds, a, side="right") - 1
+    group = owner_of(row_bounds, a)
     return tuple(tuple(x[group == g] for x in (a, b, score, cluster, probed)) for g in range(len(row_bounds) - 1))
 
 

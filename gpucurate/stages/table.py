@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from ..errors import InputError
 from ..engine.executor import Executor
-from ..engine.shuffle import by_bucket, exchange, to_owners
+from ..engine.shuffle import by_bucket, exchange, owner_of, to_owners
 from ..engine.tasks import delayed
 
 
@@ -305,7 +305,7 @@ class DocParts:
     def values_at(self, executor: Executor, name: str, rows: np.ndarray) -> np.ndarray:
         """One column's values at global ``rows`` (any order), asked of the partitions that hold them."""
         rows = np.asarray(rows, np.int64)
-        owner = np.searchsorted(self.part_offsets, rows, side="right") - 1
+        owner = owner_of(self.part_offsets, rows)
         # grouped by partition, not sorted by row: a stable sort of small integers is NumPy's radix sort
         order = np.argsort(owner.astype(np.int16 if self.npartitions < 1 << 15 else np.int64), kind="stable")
         cuts = np.searchsorted(owner[order], np.arange(self.npartitions + 1))

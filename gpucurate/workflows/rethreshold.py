@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from ..stages.annotate import alias_table, annotate
 from ..engine.backend import select
+from ..engine.shuffle import owner_of
 from ..config import Config, flatten, load_config
 from ..errors import ConfigError, OutputError
 from ..io.writer import (ANNOTATIONS_DIR, MARKER, StagedOutput, read_run_json, read_run_table, require_complete,
@@ -294,7 +295,7 @@ def _read_texts(run: Path, part_offsets: np.ndarray, text_field: str, rows: np.n
     """Original texts of the sorted table ``rows``, read from the annotated records."""
     files = _annotation_files(run, part_offsets)
     out = []
-    part_of = np.searchsorted(part_offsets, rows, side="right") - 1
+    part_of = owner_of(part_offsets, rows)
     for p in np.unique(part_of):
         local = rows[part_of == p] - part_offsets[p]
         column = read_run_table(files[p], columns=[text_field]).column(text_field)
