@@ -198,17 +198,22 @@ class Executor:
 
     def persist(self, collection, desc: str):
         """``collection`` (``Partitions`` or a Dask collection) with its partitions computed and kept
-        where they were computed."""
+        where they were computed. A tuple of Dask collections is persisted together: the tasks they share
+        run once."""
         if isinstance(collection, Partitions):
             return Partitions(self.persist_tasks(collection.to_delayed(), desc), collection._meta)
+        several = isinstance(collection, tuple)
         if self.client is None:
+            import dask
             with _dask_progress(desc, self.progress):
-                return collection.persist(scheduler=_threads, num_workers=self.workers)
+                persisted = dask.persist(*(collection if several else (collection,)), scheduler=_threads,
+                                         num_workers=self.workers)
+            return persisted if several else persisted[0]
         from distributed import futures_of
         with self._worker_deaths(desc):
-            persisted = self.client.persist(collection)
+            persisted = self.client.persist(list(collection) if several else collection)
             self._wait(futures_of(persisted), desc)
-        return persisted
+        return tuple(persisted) if several else persisted
 
     def persist_tasks(self, tasks: list, desc: str, measure=None):
         """Compute ``tasks`` and keep each result where it was computed (on a cluster, in its worker's

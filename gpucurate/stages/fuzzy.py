@@ -370,19 +370,15 @@ class FuzzyDedup:
 
     def _cluster_on_dask(self, scored, n_pairs, sets, table: DocParts, participants: list, executor: Executor):
         """Components by min-label propagation on Dask; the edges stay on the workers until ``edges.parquet``
-        is written (``_canonicals`` does the rest)."""
-        from .components import component_labels, labels_by_owner, row_divisions
+        is written (``_canonicals`` does the rest). ``scored`` partition ``q`` holds the pairs whose ``i`` is
+        in table partition ``q``, sorted by ``(i, j)``: read in order, the driver path's edge order."""
+        from .components import component_labels, labels_by_owner
         from . import fuzzy_dask
-        from .fuzzy_dask import sorted_edges
         n_parts = table.npartitions
-        # range-partitioned on i once: read in order for edges.parquet
-        divisions = row_divisions(table.n, max(1, min(n_parts, n_pairs // fuzzy_dask.EDGES_PER_PARTITION + 1)))
-        t0 = time.perf_counter()
-        scored = executor.persist(sorted_edges(scored, divisions), "fuzzy: sort edges (dask)")
         edges = scored[scored["score"] >= self.score_threshold - 1e-12]
         n_edges = int(sum(executor.compute([delayed(len)(p) for p in edges.to_delayed()], "fuzzy: count edges")))
-        log.info("fuzzy: %d edges sorted on Dask in %.1f s", n_edges, time.perf_counter() - t0)
-        labels = component_labels(edges, table.n, executor, len(divisions) - 1)
+        labels = component_labels(edges, table.n, executor,
+                                  max(1, min(n_parts, n_pairs // fuzzy_dask.EDGES_PER_PARTITION + 1)))
         # each step is kept before the next takes its pieces, so a task's graph holds its own inputs only
         by_owner = executor.persist_tasks([delayed(labels_by_owner)(part, table.part_offsets)
                                            for part in labels.to_delayed()], "fuzzy: labels")

@@ -3,12 +3,12 @@ do not fit in one process.
 
 Sketches stay on the workers. Band entries ``(bucket key, row)`` are shuffled by key, each output
 partition walks its buckets with the same kernel as the driver path (all pairs up to
-``fuzzy.max_bucket_size`` members, anchors beyond), pairs are shuffled again to drop repeats, and each
-pair is verified where one of its shingle sets lives, the other sent there once per partition
-(``scored_pairs``). Connected components then
-run either on the driver over the gathered edge list, or on Dask (``stages.components``) when the edge
-list is larger than ``fuzzy.driver_max_pairs`` (``fuzzy.components``). The candidate pairs, scores and
-therefore the annotations equal the driver path's either way (tested).
+``fuzzy.max_bucket_size`` members, anchors beyond), the pairs are shuffled to the partition of their ``i``,
+which drops the repeats, and each pair is verified there, ``j``'s shingle set sent once to each partition
+that needs it (``scored_pairs``): four shuffles. Connected components then run either on the driver over
+the gathered edge list, or on Dask (``stages.components``) when the edge list is larger than
+``fuzzy.driver_max_pairs`` (``fuzzy.components``). The candidate pairs, scores and therefore the
+annotations equal the driver path's either way (tested).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import pandas as pd
 import pyarrow as pa
 
 from ..engine.executor import Executor
-from ..engine.shuffle import owner_of
-from ..engine.tasks import delayed, to_dask
+from ..engine.shuffle import by_bucket, owner_of
+from ..engine.tasks import delayed, to_dask, value
 from ..kernels.pairs import bucket_pairs, index_of
 from .sketches import FuzzyParams, signature_partition
 
@@ -33,9 +33,8 @@ EDGES_PER_PARTITION = 500_000
 _LIST = pd.ArrowDtype(pa.list_(pa.uint64()))
 BANDS_META = pd.DataFrame({"key": pd.Series([], dtype=np.uint64), "row": pd.Series([], dtype=np.int64)})
 SETS_META = pd.DataFrame({"row": pd.Series([], dtype=np.int64), "shingles": pd.Series([], dtype=_LIST)})
-PAIRS_META = pd.DataFrame({"pair": pd.Series([], dtype=np.uint64)})
-PAIR_ROWS_META = pd.DataFrame({"i": pd.Series([], dtype=np.int64), "j": pd.Series([], dtype=np.int64)})
-_LOCATED_META = pd.DataFrame({k: pd.Series([], dtype=np.int64) for k in ("i", "j", "pi", "pj")})
+PAIRS_META = pd.DataFrame({"pair": pd.Series([], dtype=np.uint64), "pi": pd.Series([], dtype=np.int64)})
+_REQUESTS_META = pd.DataFrame({k: pd.Series([], dtype=np.int64) for k in ("j", "pi", "pj")})
 _SENT_META = pd.DataFrame({"j": pd.Series([], dtype=np.int64), "pi": pd.Series([], dtype=np.int64),
                            "shingles": pd.Series([], dtype=pd.ArrowDtype(pa.large_binary()))})
 SCORED_META = pd.DataFrame({"i": pd.Series([], dtype=np.int64), "j": pd.Series([], dtype=np.int64),
@@ -55,29 +54,46 @@ def sketch_frames(part: pd.DataFrame, mask: np.ndarray, first_row: int, params: 
     return bands, sets
 
 
-def _bucket_pairs(df: pd.DataFrame, max_bucket: int, anchors: int) -> pd.DataFrame:
+def _bucket_pairs(df: pd.DataFrame, max_bucket: int, anchors: int, offsets: np.ndarray) -> pd.DataFrame:
+    """The distinct pairs (packed ``i << 32 | j``) of the buckets in ``df``, with the partition of ``i``."""
     if len(df) == 0:
         return PAIRS_META.copy()
     order = np.lexsort((df["row"].to_numpy(), df["key"].to_numpy()))
     keys = df["key"].to_numpy()[order]
     rows = df["row"].to_numpy()[order].copy()
-    return pd.DataFrame({"pair": bucket_pairs(keys, rows, max_bucket, anchors)})
+    # a pair shares several bands: its repeats here are dropped before they are shuffled
+    pairs = np.unique(bucket_pairs(keys, rows, max_bucket, anchors))
+    return pd.DataFrame({"pair": pairs, "pi": owner_of(offsets, (pairs >> np.uint64(32)).astype(np.int64))})
 
 
-def _unique_pairs(df: pd.DataFrame) -> pd.DataFrame:
+def _unique_pairs(df: pd.DataFrame, q: int) -> pd.DataFrame:
+    """The distinct pairs ``(i, j)`` whose ``i`` is in partition ``q``, sorted."""
+    _check_part(df.index, q)
     pairs = np.unique(df["pair"].to_numpy())
     return pd.DataFrame({"i": (pairs >> np.uint64(32)).astype(np.int64),
                          "j": (pairs & np.uint64(0xFFFFFFFF)).astype(np.int64)})
 
 
-def _with_parts(df: pd.DataFrame, offsets: np.ndarray) -> pd.DataFrame:
-    i, j = df["i"].to_numpy(np.int64), df["j"].to_numpy(np.int64)
-    return pd.DataFrame({"i": i, "j": j, "pi": owner_of(offsets, i), "pj": owner_of(offsets, j)})
+def _requests(pairs: pd.DataFrame, offsets: np.ndarray, q: int) -> pd.DataFrame:
+    """Each distinct ``j`` of partition ``q``'s pairs held by another partition, with ``q`` and the partition
+    that holds ``j``'s set (a set held here is not sent)."""
+    j = np.unique(pairs["j"].to_numpy(np.int64))
+    j = j[(j < offsets[q]) | (j >= offsets[q + 1])]
+    return pd.DataFrame({"j": j, "pi": np.full(len(j), q, np.int64), "pj": owner_of(offsets, j)})
 
 
 def _check_part(index: pd.Index, q: int) -> None:
     if len(index) and not (index.to_numpy() == q).all():  # a bug, not bad input
         raise RuntimeError(f"pairs of partition {q} were shuffled to another partition")
+
+
+def by_partition(frame, column: str, nparts: int):
+    """``frame`` shuffled so that partition ``q`` holds its rows whose ``column`` is ``q`` (the index)."""
+    return frame.set_index(column, divisions=tuple(range(nparts + 1)))
+
+
+def _partitions(frame) -> list:
+    return list(frame.to_delayed())
 
 
 def _positions(sets: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
@@ -114,20 +130,20 @@ def _binary_csr(column) -> tuple[np.ndarray, np.ndarray]:
     return (offsets - offsets[0]) // 8, values
 
 
-def _send_sets(pairs: pd.DataFrame, sets: pd.DataFrame, q: int) -> pd.DataFrame:
-    """Pairs whose ``j`` is in partition ``q``: the shingle set of each ``j``, once per partition ``pi`` of
-    its partners."""
-    _check_part(pairs.index, q)
-    wanted = pairs[["j", "pi"]].drop_duplicates()
-    shingles = _lists(sets["shingles"]).take(pa.array(_positions(sets, wanted["j"].to_numpy(np.int64))))
-    return pd.DataFrame({"j": wanted["j"].to_numpy(np.int64), "pi": wanted["pi"].to_numpy(np.int64),
+def _send_sets(requests: pd.DataFrame, sets: pd.DataFrame, q: int) -> pd.DataFrame:
+    """Requests ``(j, pi)`` whose ``j`` is in partition ``q`` (each distinct): the shingle set of each ``j``
+    for partition ``pi``."""
+    _check_part(requests.index, q)
+    j = requests["j"].to_numpy(np.int64)
+    shingles = _lists(sets["shingles"]).take(pa.array(_positions(sets, j)))
+    return pd.DataFrame({"j": j, "pi": requests["pi"].to_numpy(np.int64),
                          "shingles": pd.arrays.ArrowExtensionArray(_as_binary(shingles))})
 
 
 def _verify(pairs: pd.DataFrame, received: pd.DataFrame, sets: pd.DataFrame, q: int, jaccard_pairs) -> pd.DataFrame:
-    """Exact Jaccard of the pairs whose ``i`` is in partition ``q``: ``i``'s set from this partition's
-    ``sets``, ``j``'s from the sets ``received``."""
-    _check_part(pairs.index, q)
+    """Exact Jaccard of the pairs ``(i, j)`` whose ``i`` is in partition ``q``, in their order: ``i``'s set
+    from this partition's ``sets``, ``j``'s from them too or from the sets ``received``."""
+    _check_part(received.index, q)
     if len(pairs) == 0:
         return SCORED_META.copy()
     own_offsets, own_values = _list_csr(_lists(sets["shingles"]))
@@ -135,31 +151,34 @@ def _verify(pairs: pd.DataFrame, received: pd.DataFrame, sets: pd.DataFrame, q: 
     offsets = np.concatenate([own_offsets, own_offsets[-1] + got_offsets[1:]])
     values = np.concatenate([own_values, got_values])
     i, j = pairs["i"].to_numpy(np.int64), pairs["j"].to_numpy(np.int64)
+    own_rows = sets["row"].to_numpy(np.int64)
     a = _positions(sets, i)
-    b = len(sets) + index_of(received["j"].to_numpy(np.int64), j)
+    here = (j >= own_rows[0]) & (j <= own_rows[-1])  # the rows of partition q with a set: all its participants
+    b = np.where(here, _positions(sets, j), len(sets) + index_of(received["j"].to_numpy(np.int64), j))
     return pd.DataFrame({"i": i, "j": j, "score": jaccard_pairs(offsets, values, a, b)})
 
 
-def scored_pairs(sets, offsets: np.ndarray, pairs, jaccard_pairs):
-    """Dask DataFrame ``(i, j, score)``: the exact Jaccard of each pair of table rows in ``pairs``.
+def scored_pairs(sets, offsets: np.ndarray, pairs: list, jaccard_pairs):
+    """Dask DataFrame ``(i, j, score)``: the exact Jaccard of the pairs of table rows ``pairs[q]`` (a delayed
+    frame ``(i, j)`` whose ``i`` are in partition ``q``), partition ``q`` in the order of ``pairs[q]``.
 
     ``sets`` partition ``q`` holds the shingle sets of table rows ``offsets[q]:offsets[q + 1]`` (ascending)
-    and never moves. The pairs (16 bytes each) go to the partition of ``j``, which sends ``j``'s set (as
-    binary: P2P shuffles carry it) once to each partition holding one of its partners ``i``; there each
-    pair is scored. So a set travels at most once to each partition that needs it, instead of once per pair.
+    and never moves. Each partition ``q`` asks the partition of each distinct ``j`` of its pairs for ``j``'s
+    set, which is sent (as binary: P2P shuffles carry it) once to each partition that asked; there each
+    pair is scored. So a set travels at most once to each partition that needs it, and the pairs stay put.
     """
     import dask.dataframe as dd
     nparts = sets.npartitions
-    divisions = tuple(range(nparts + 1))  # value q -> partition q
-    located = pairs.map_partitions(_with_parts, offsets, meta=_LOCATED_META)
-    by_j = located.set_index("pj", divisions=divisions)
-    sent = dd.from_delayed(to_dask([delayed(_send_sets)(p, s, q) for q, (p, s) in
+    converted: dict = {}  # the pairs' tasks are shared by the requests and the verification
+    requests = dd.from_delayed(to_dask([delayed(_requests)(p, offsets, q) for q, p in enumerate(pairs)], converted),
+                               meta=_REQUESTS_META, verify_meta=False)
+    by_j = by_partition(requests, "pj", nparts)
+    sent = dd.from_delayed(to_dask([delayed(_send_sets)(r, s, q) for q, (r, s) in
                                     enumerate(zip(by_j.to_delayed(), sets.to_delayed()))]), meta=_SENT_META,
                            verify_meta=False)
-    received = sent.set_index("pi", divisions=divisions)
-    by_i = located.set_index("pi", divisions=divisions)
+    received = by_partition(sent, "pi", nparts)
     return dd.from_delayed(to_dask([delayed(_verify)(p, r, s, q, jaccard_pairs) for q, (p, r, s) in
-                                    enumerate(zip(by_i.to_delayed(), received.to_delayed(), sets.to_delayed()))]),
+                                    enumerate(zip(pairs, received.to_delayed(), sets.to_delayed()))], converted),
                            meta=SCORED_META, verify_meta=False)
 
 
@@ -167,7 +186,8 @@ def distributed_candidates(ddf, part_offsets: np.ndarray, participants: list, pa
                            executor: Executor):
     """Candidate pairs and their scores computed by Dask from the rows selected by ``participants`` (per
     partition, a (delayed) bool mask); returns ``(scored, n_pairs, sets, steps)``: ``scored`` the persisted
-    Dask DataFrame ``(i, j, score)`` of table rows (``i < j``), ``sets`` the ``HostSets`` of the persisted
+    Dask DataFrame ``(i, j, score)`` of table rows (``i < j``; partition ``q`` holds the pairs whose ``i`` is
+    in table partition ``q``, sorted by ``(i, j)``), ``sets`` the ``HostSets`` of the persisted
     shingle sets (for the members' similarity to their canonical)."""
     import dask.dataframe as dd
     steps = {}
@@ -178,15 +198,16 @@ def distributed_candidates(ddf, part_offsets: np.ndarray, participants: list, pa
     converted: dict = {}  # one conversion for both frames: each partition is sketched once
     bands = dd.from_delayed(to_dask([f[0] for f in frames], converted), meta=BANDS_META, verify_meta=False)
     sets = dd.from_delayed(to_dask([f[1] for f in frames], converted), meta=SETS_META, verify_meta=False)
-    sets = executor.persist(sets, "fuzzy: minhash")
+    bands, sets = executor.persist((bands, sets), "fuzzy: minhash")  # one sketch per partition, not two
     steps["minhash"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     nparts = max(1, ddf.npartitions)
     pairs = bands.shuffle("key", npartitions=nparts).map_partitions(
-        _bucket_pairs, cfg.max_bucket_size, cfg.bucket_anchors, meta=PAIRS_META)
-    pairs = pairs.shuffle("pair", npartitions=nparts).map_partitions(_unique_pairs, meta=PAIR_ROWS_META)
-    pairs = executor.persist(pairs, "fuzzy: candidate pairs (dask)")
-    n_pairs = int(sum(executor.compute([delayed(len)(p) for p in pairs.to_delayed()], "fuzzy: count pairs")))
+        _bucket_pairs, cfg.max_bucket_size, cfg.bucket_anchors, offs, meta=PAIRS_META)
+    by_i = by_partition(pairs, "pi", nparts).to_delayed()
+    pairs = executor.persist_tasks([delayed(_unique_pairs)(p, q) for q, p in enumerate(by_i)],
+                                   "fuzzy: candidate pairs (dask)")
+    n_pairs = int(sum(executor.compute([delayed(len)(p) for p in pairs], "fuzzy: count pairs")))
     steps["lsh"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     scored = executor.persist(scored_pairs(sets, offs, pairs, backend.pairs.jaccard_pairs),
@@ -206,32 +227,17 @@ class HostSets:
     def scored(self, table, executor: Executor, pairs: list) -> list:
         """Per partition ``q``, a delayed frame ``(i, j, score)`` of the pairs in ``pairs[q]`` (a delayed
         frame ``(i, j)`` whose ``i`` are in partition ``q``)."""
-        import dask.dataframe as dd
-        frames = dd.from_delayed(to_dask(pairs), meta=PAIR_ROWS_META, verify_meta=False)
-        return scored_pairs(self.sets, table.part_offsets, frames, self.jaccard_pairs).to_delayed()
+        return scored_pairs(self.sets, table.part_offsets, pairs, self.jaccard_pairs).to_delayed()
 
     def pair_scores(self, table, executor: Executor, pi: np.ndarray, pj: np.ndarray) -> np.ndarray:
         return pair_scores(self.sets, table.part_offsets, pi, pj, self.jaccard_pairs, executor)
 
 
 def gather_edges(scored, executor: Executor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The scored pairs on the driver, sorted by ``(i, j)``."""
+    """The scored pairs on the driver, sorted by ``(i, j)`` (each partition is, in row order)."""
     parts = executor.compute(scored.to_delayed(), "fuzzy: gather edges")
-    edges = _in_pair_order(pd.concat(parts, ignore_index=True) if parts else SCORED_META.copy())
+    edges = pd.concat(parts, ignore_index=True) if parts else SCORED_META.copy()
     return edges["i"].to_numpy(), edges["j"].to_numpy(), edges["score"].to_numpy()
-
-
-def _in_pair_order(df: pd.DataFrame) -> pd.DataFrame:
-    """``(i, j, score)`` sorted by ``(i, j)``; ``i`` may be the index."""
-    df = df.reset_index() if "i" not in df.columns else df
-    order = np.lexsort((df["j"].to_numpy(), df["i"].to_numpy()))
-    return df.iloc[order].reset_index(drop=True)[["i", "j", "score"]]
-
-
-def sorted_edges(scored, divisions: tuple):
-    """``scored`` range-partitioned on ``i`` by ``divisions`` and sorted by ``(i, j)`` within each partition,
-    so reading the partitions in order gives the driver path's edge order."""
-    return scored.set_index("i", divisions=divisions).map_partitions(_in_pair_order, meta=SCORED_META)
 
 
 def _select_rows(sets: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
@@ -249,8 +255,9 @@ def pair_scores(sets, offsets: np.ndarray, pi: np.ndarray, pj: np.ndarray, jacca
     cuts = np.searchsorted(needed, offsets)
     few = dd.from_delayed(to_dask([delayed(_select_rows)(part, needed[cuts[p]:cuts[p + 1]])
                                    for p, part in enumerate(sets.to_delayed())]), meta=SETS_META, verify_meta=False)
-    frame = pd.DataFrame({"i": pi.astype(np.int64), "j": pj.astype(np.int64)})
-    pairs = dd.from_pandas(frame, npartitions=max(1, min(few.npartitions, len(frame) // 100_000 + 1)))
+    pi, pj = pi.astype(np.int64), pj.astype(np.int64)
+    pairs = [value(pd.DataFrame({"i": i, "j": j}))
+             for i, j in by_bucket(owner_of(offsets, pi), len(offsets) - 1, pi, pj)]
     scored = pd.concat(executor.compute(scored_pairs(few, offsets, pairs, jaccard_pairs).to_delayed(),
                                         "fuzzy: similarity to canonicals (dask)"), ignore_index=True)
     return aligned_scores(scored, pi, pj)
