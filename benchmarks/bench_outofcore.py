@@ -21,6 +21,11 @@ and each worker's peak sampled every 0.2 s (psutil, with its children).
 
     python benchmarks/bench_outofcore.py --factors 1 40 --limits default --cluster 2GB
 
+``--repeat 10`` runs the CLI ten times in a row on the same cluster (a failed run is a row with its exit
+code, and the benchmark exits 1): the pair-heavy check is
+
+    python benchmarks/bench_outofcore.py --group 40 --factors 40 --limits default --cluster 2GB --repeat 10
+
 Writes ``benchmarks/results/bench_outofcore.json`` (``--out``).
 """
 
@@ -73,8 +78,9 @@ def write_corpus(path: Path, factor: int, group: int = 10, edit: float = 0.02, s
     return {"documents": docs, "text_bytes": text_bytes}
 
 
-def run_cli(src: Path, out: Path, limit: str | None, scheduler: str | None = None) -> dict:
-    """``python -m gpucurate run`` under GNU time: seconds from spawn to exit, peak RSS, the summary."""
+def run_cli(src: Path, out: Path, limit: str | None, scheduler: str | None = None, check: bool = True) -> dict:
+    """``python -m gpucurate run`` under GNU time: seconds from spawn to exit, peak RSS, the summary; a failed
+    run exits the benchmark, or with ``check=False`` gives ``{"exit_code", "error"}``."""
     cmd = [sys.executable, "-m", "gpucurate", "run", "--input", str(src), "--output", str(out), "-q",
            "--set", "semantic.enabled=false", "--set", "output.overwrite=true"]
     if limit is not None:
@@ -87,6 +93,8 @@ def run_cli(src: Path, out: Path, limit: str | None, scheduler: str | None = Non
         proc = subprocess.run([TIME, "-f", "%M", "-o", str(rss), *cmd], stdin=subprocess.DEVNULL,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         seconds = time.perf_counter() - t0
+        if proc.returncode and not check:
+            return {"seconds": round(seconds, 2), "exit_code": proc.returncode, "error": proc.stderr[-2000:]}
         if proc.returncode:
             raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
         peak_mib = int(rss.read_text().split()[-1]) / 1024
@@ -150,6 +158,7 @@ def main(argv=None) -> int:
     p.add_argument("--work", default=None, help="folder for the corpora and outputs (default: a temporary one)")
     p.add_argument("--cluster", metavar="MEMORY", help="also run each corpus on a 2-worker command-line cluster "
                                                          "with this --memory-limit per worker (e.g. 2GB)")
+    p.add_argument("--repeat", type=int, default=1, help="runs in a row on the cluster, each a row")
     p.add_argument("--out", default="benchmarks/results/bench_outofcore.json")
     args = p.parse_args(argv)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -166,44 +175,61 @@ def main(argv=None) -> int:
             runs = [(limit, None) for limit in args.limits] + ([("cluster", args.cluster)] if args.cluster else [])
             for limit, worker_memory in runs:
                 out = work / f"out-x{factor}-{limit}"
-                workers = ""
                 if worker_memory is None:
                     got = run_cli(src, out, None if limit == "default" else limit)
+                    rows.append(_row(factor, limit, corpus, got, "", _outputs(out), reference, cores))
+                    print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
                 else:
                     with cluster(worker_memory, work) as (address, peaks):
-                        got = run_cli(src, out, None, address)
-                    limit = f"cluster {worker_memory}"
-                    workers = " / ".join(f"{peaks[k]:,}" for k in sorted(peaks))
-                memory = got["summary"].get("memory") or {}
-                files = _outputs(out)
-                reference = files if reference is None else reference
-                mb = corpus["text_bytes"] / 1e6
-                rows.append({"corpus": f"x{factor}", "memory_limit": limit, "documents": corpus["documents"],
-                             "text_mb": round(mb, 1), "seconds": got["seconds"],
-                             "mb_s_per_core": round(mb / got["seconds"] / cores, 2),
-                             "peak_rss_mib": got["peak_rss_mib"], "worker_peaks_mib": workers,
-                             "rss_per_text": round(got["peak_rss_mib"] * 2**20 / corpus["text_bytes"], 2),
-                             "spilled_mb": round(memory.get("spilled_bytes", 0) / 1e6),
-                             "fuzzy_duplicates": got["summary"]["stages"]["fuzzy"]["duplicates"],
-                             "same_output": files == reference})
-                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+                        for _ in range(args.repeat):  # the worker peaks are those of all runs so far
+                            got = run_cli(src, out, None, address, check=False)
+                            workers = " / ".join(f"{peaks[k]:,}" for k in sorted(peaks))
+                            files = _outputs(out) if "exit_code" not in got else {}
+                            rows.append(_row(factor, f"cluster {worker_memory}", corpus, got, workers, files,
+                                             reference, cores))
+                            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+                reference = reference or _outputs(out)
                 if out.name != f"out-x{factor}-{args.limits[0]}":
-                    shutil.rmtree(out)
+                    shutil.rmtree(out, ignore_errors=True)
     cols = ["corpus", "memory_limit", "documents", "text_mb", "seconds", "mb_s_per_core", "peak_rss_mib",
-            "worker_peaks_mib", "rss_per_text", "spilled_mb", "fuzzy_duplicates", "same_output"]
+            "worker_peaks_mib", "rss_per_text", "spilled_mb", "fuzzy_duplicates", "same_output", "exit_code"]
     print_table(rows, cols, f"gpucurate run on {cores} cores: peak RSS against the memory budget (the driver's "
                             "on a cluster)")
-    on_cluster = [r for r in rows if r["memory_limit"].startswith("cluster")]
+    on_cluster = [r for r in rows if r["memory_limit"].startswith("cluster") and not r["exit_code"]]
+    failed = [r for r in rows if r["exit_code"]]
+    if args.cluster:
+        print(f"cluster runs: {len(on_cluster)} completed, {len(failed)} failed")
     growth = None
-    if len(on_cluster) > 1:  # the driver should hold nothing per document: its peak should not grow
-        first, last = on_cluster[0], on_cluster[-1]
+    corpora = sorted({r["documents"] for r in on_cluster})
+    if len(corpora) > 1:  # the driver should hold nothing per document: its peak should not grow
+        first = max((r for r in on_cluster if r["documents"] == corpora[0]), key=lambda r: r["peak_rss_mib"])
+        last = max((r for r in on_cluster if r["documents"] == corpora[-1]), key=lambda r: r["peak_rss_mib"])
         growth = round((last["peak_rss_mib"] - first["peak_rss_mib"]) * 2**20 / (last["documents"] - first["documents"]))
         print(f"driver peak RSS growth on the cluster: {growth} bytes per added document "
               f"({first['corpus']} -> {last['corpus']})")
     write_json({"benchmark": "bench_outofcore", "date": time.strftime("%Y-%m-%d"), "cores": cores,
                 "group": args.group, "rows": rows, "driver_growth_bytes_per_document": growth}, args.out)
     print(f"wrote {args.out}")
-    return 0
+    return 1 if failed else 0
+
+
+def _row(factor: int, limit: str, corpus: dict, got: dict, workers: str, files: dict, reference: dict | None,
+         cores: int) -> dict:
+    """One table row: a run of the CLI on the corpus ``x{factor}``; ``files`` its parquet outputs, compared
+    with ``reference`` (the first run's on that corpus; None: this is the first)."""
+    mb = corpus["text_bytes"] / 1e6
+    failed = "exit_code" in got
+    summary = got.get("summary") or {}
+    memory = summary.get("memory") or {}
+    return {"corpus": f"x{factor}", "memory_limit": limit, "documents": corpus["documents"],
+            "text_mb": round(mb, 1), "seconds": got["seconds"],
+            "mb_s_per_core": None if failed else round(mb / got["seconds"] / cores, 2),
+            "peak_rss_mib": got.get("peak_rss_mib"), "worker_peaks_mib": workers,
+            "rss_per_text": None if failed else round(got["peak_rss_mib"] * 2**20 / corpus["text_bytes"], 2),
+            "spilled_mb": round(memory.get("spilled_bytes", 0) / 1e6),
+            "fuzzy_duplicates": summary["stages"]["fuzzy"]["duplicates"] if summary else None,
+            "same_output": None if failed else files == (reference if reference is not None else files),
+            "exit_code": got.get("exit_code", 0)}
 
 
 if __name__ == "__main__":

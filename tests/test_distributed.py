@@ -16,7 +16,16 @@ def cluster():
         yield c
 
 
-def test_scheduler_address_gives_identical_annotations(tmp_path, demo_frame, cluster):
+@pytest.mark.parametrize("p2p", [False, True])
+def test_scheduler_address_gives_identical_annotations(tmp_path, demo_frame, cluster, p2p, monkeypatch):
+    """With ``p2p`` every exchange between partition tasks is a P2P shuffle (``engine.shuffle._shuffled``)."""
+    import pyarrow.parquet as pq
+    from gpucurate.engine import shuffle
+    shuffled = []
+    if p2p:
+        monkeypatch.setattr(shuffle, "TASK_PIECES_MAX", 0)
+        real = shuffle._shuffled
+        monkeypatch.setattr(shuffle, "_shuffled", lambda split, *a: shuffled.append(split.__name__) or real(split, *a))
     recs = demo_frame.head(800).to_dict(orient="records")
     for n in range(4):
         write_jsonl(tmp_path / f"part-{n}.jsonl", recs[n * 200:(n + 1) * 200])
@@ -28,6 +37,8 @@ def test_scheduler_address_gives_identical_annotations(tmp_path, demo_frame, clu
     pd.testing.assert_frame_equal(read_annotations(tmp_path / "remote")[ANNOTATION_COLUMNS],
                                   read_annotations(tmp_path / "local")[ANNOTATION_COLUMNS])
     assert local["stages"]["fuzzy"]["duplicates"] == remote["stages"]["fuzzy"]["duplicates"] > 0
+    assert pq.read_table(tmp_path / "remote" / "edges.parquet").equals(pq.read_table(tmp_path / "local" / "edges.parquet"))
+    assert ("_by_hash" in shuffled and "_members_by_label" in shuffled) == p2p, shuffled
 
 
 def test_unreachable_scheduler_is_a_config_error(tmp_path):
@@ -36,8 +47,13 @@ def test_unreachable_scheduler_is_a_config_error(tmp_path):
         gpucurate.run([str(src)], tmp_path / "o", overrides=["run.progress=false", "run.scheduler=tcp://127.0.0.1:9"])
 
 
-def test_gates_and_paragraphs_on_a_cluster(tmp_path, demo_frame, cluster):
-    """The gates' per-partition results travel back from worker processes (partition attrs)."""
+@pytest.mark.parametrize("p2p", [False, True])
+def test_gates_and_paragraphs_on_a_cluster(tmp_path, demo_frame, cluster, p2p, monkeypatch):
+    """The gates' per-partition results travel back from worker processes (partition attrs); with ``p2p``
+    the paragraphs' exchanges are P2P shuffles."""
+    from gpucurate.engine import shuffle
+    if p2p:
+        monkeypatch.setattr(shuffle, "TASK_PIECES_MAX", 0)
     recs = demo_frame.head(400).to_dict(orient="records")
     item = {"question": "A farmer has 17 sheep and all but 9 run away. How many sheep are left on the farm now?",
             "answer": "Nine sheep are left on the farm."}

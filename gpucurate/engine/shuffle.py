@@ -4,15 +4,23 @@ threads and on a Dask cluster, where the pieces move between workers and never t
 A stage that needs all records of a key together (a cluster's points, a span hash's occurrences) splits
 each partition's records into ``n_buckets`` pieces by key; each bucket task then gets its pieces from
 every partition, in partition order, so what it sees does not depend on where the work ran.
+
+On a cluster, a small exchange is a task per piece; past ``TASK_PIECES_MAX`` pieces it is one Dask P2P
+shuffle (``_shuffled``), whose graph grows with the partitions plus the buckets, not their product, and
+whose pieces wait on the workers' disks rather than in their memory.
 """
 
 from __future__ import annotations
 
 import math
+import pickle
 
 import numpy as np
 
-from .tasks import delayed
+from .tasks import delayed, to_dask
+
+#: partitions x buckets up to which a cluster exchange is a task per piece (the scheduler holds each)
+TASK_PIECES_MAX = 4096
 
 
 def exchange(executor, split, inputs: list, n_buckets: int, *args, desc: str = "exchange") -> list[list]:
@@ -36,9 +44,59 @@ def exchange(executor, split, inputs: list, n_buckets: int, *args, desc: str = "
     if executor.client is None:  # each split's pieces kept as it finishes: within run.memory_limit, or on disk
         split_parts = executor.values_here([delayed(_split_kept)(executor.store, split, item, n_buckets, args)
                                             for item in inputs], desc)
+    elif len(inputs) * n_buckets > TASK_PIECES_MAX:
+        return _shuffled(split, inputs, n_buckets, args)
     else:
         split_parts = [delayed(split, nout=n_buckets)(*item, n_buckets, *args) for item in inputs]
     return [[part[b] for part in split_parts] for b in range(n_buckets)]
+
+
+def _shuffled(split, inputs: list, n_buckets: int, args: tuple) -> list:
+    """``exchange`` on a cluster as one P2P shuffle: each split's pieces are rows ``(bucket, input, pickled
+    piece)`` of a Dask DataFrame partitioned by bucket; ``pieces[b]`` is a task of bucket ``b``'s pieces."""
+    import dask.dataframe as dd
+    import pandas as pd
+    import pyarrow as pa
+    meta = pd.DataFrame({"bucket": pd.Series([], dtype=np.int64), "input": pd.Series([], dtype=np.int64),
+                         "piece": pd.Series([], dtype=pd.ArrowDtype(pa.large_binary()))})
+    frames = dd.from_delayed(to_dask([delayed(_split_rows)(split, item, k, n_buckets, args)
+                                      for k, item in enumerate(inputs)]), meta=meta, verify_meta=False)
+    buckets = frames.set_index("bucket", divisions=tuple(range(n_buckets + 1))).to_delayed()
+    return [delayed(_bucket_pieces)(part, b, len(inputs)) for b, part in enumerate(buckets)]
+
+
+def _split_rows(split, item: tuple, k: int, n_buckets: int, args: tuple):
+    """The pieces of input ``k`` as rows ``(bucket, input, pickled piece)``; an empty piece is left out,
+    except input 0's (``_bucket_pieces`` makes the missing ones from it)."""
+    import pandas as pd
+    import pyarrow as pa
+    pieces = [(b, pickle.dumps(piece, protocol=5)) for b, piece in enumerate(split(*item, n_buckets, *args))
+              if k == 0 or not _is_empty(piece)]
+    return pd.DataFrame({"bucket": np.array([b for b, _ in pieces], np.int64), "input": np.full(len(pieces), k),
+                         "piece": pd.arrays.ArrowExtensionArray(pa.array([p for _, p in pieces], pa.large_binary()))})
+
+
+def _bucket_pieces(frame, b: int, n_inputs: int) -> list:
+    """Bucket ``b``'s pieces of every input, in input order (a piece left out is input 0's, emptied)."""
+    if len(frame) and not (frame.index.to_numpy() == b).all():  # a bug, not bad input
+        raise RuntimeError(f"pieces of bucket {b} were shuffled to another bucket")
+    inputs = frame["input"].to_numpy()
+    blobs = frame["piece"].array._pa_array.combine_chunks() if len(frame) else []
+    got = {int(k): pickle.loads(blobs[int(r)].as_py()) for r, k in enumerate(inputs)}
+    empty = _emptied(got[0]) if len(got) < n_inputs else None
+    return [got.get(k, empty) for k in range(n_inputs)]
+
+
+def _is_empty(piece) -> bool:
+    """Whether ``piece`` (an array, a frame, or a tuple of them) has no rows; other objects never are."""
+    if isinstance(piece, tuple):
+        return all(_is_empty(p) for p in piece)
+    return hasattr(piece, "__len__") and hasattr(piece, "shape") and len(piece) == 0
+
+
+def _emptied(piece):
+    """``piece`` with no rows (a piece ``_is_empty`` judged empty looks like this)."""
+    return tuple(_emptied(p) for p in piece) if isinstance(piece, tuple) else piece[:0]
 
 
 def _split_kept(store, split, item: tuple, n_buckets: int, args: tuple) -> list:
@@ -60,8 +118,8 @@ PARTS_PER_GROUP = 64
 
 def owner_groups(n_parts: int) -> np.ndarray:
     """int64[g + 1] bounds of ``g = ceil(n_parts / PARTS_PER_GROUP)`` groups of consecutive partitions: a row
-    lookup has one task per group, so it makes ``2 n_parts g`` pieces instead of ``n_parts ** 2`` (each piece
-    is a task of the graph: the graph's size, not the data, is what grows with many small groups)."""
+    lookup has one task per group, so its two exchanges make ``2 n_parts g`` pieces instead of
+    ``2 n_parts ** 2`` (with many small pieces, their number costs more than their bytes)."""
     groups = max(1, math.ceil(n_parts / PARTS_PER_GROUP))
     return np.unique(np.linspace(0, n_parts, groups + 1).round().astype(np.int64))
 
@@ -84,7 +142,8 @@ def lookup(executor, requests: list, owners: list, part_offsets: np.ndarray, ans
 
     Parameters
     ----------
-    executor : ``engine.executor.Executor``; each step's results are kept where they were computed.
+    executor : ``engine.executor.Executor``: two ``exchange``s, requests to the groups of owners and answers
+        back; the answers are kept where they were computed.
     requests : per asking task ``p`` (usually one per partition), a (delayed) int64 array of global rows it
         asks about (repeats allowed).
     owners : per partition ``q``, a (delayed) object with what ``answer`` needs of its rows.
@@ -98,14 +157,12 @@ def lookup(executor, requests: list, owners: list, part_offsets: np.ndarray, ans
     Per asking task ``p``, a delayed tuple of arrays aligned with ``requests[p]``.
     """
     groups = owner_groups(len(part_offsets) - 1)
-    row_bounds = part_offsets[groups]
-    # each step is kept before the next takes its pieces: a task's graph then holds its own inputs only
-    split = executor.persist_tasks([delayed(_split_requests)(r, row_bounds) for r in requests], desc)
-    answered = executor.persist_tasks([delayed(_answer_group)(
-        [s[g] for s in split], owners[groups[g]:groups[g + 1]], part_offsets[groups[g]:groups[g + 1] + 1], answer)
-        for g in range(len(groups) - 1)], desc)
-    return executor.persist_tasks([delayed(_merge_answers)(r, [a[p] for a in answered])
-                                   for p, r in enumerate(requests)], desc)
+    n_groups = len(groups) - 1
+    asked = exchange(executor, _split_requests, [(r,) for r in requests], n_groups, part_offsets[groups], desc=desc)
+    answered = exchange(executor, _answer_group, [
+        (asked[g], owners[groups[g]:groups[g + 1]], part_offsets[groups[g]:groups[g + 1] + 1], answer)
+        for g in range(n_groups)], len(requests), desc=desc)
+    return executor.persist_tasks([delayed(_merge_answers)(r, answered[p]) for p, r in enumerate(requests)], desc)
 
 
 def answer_columns(owner: tuple, local: np.ndarray, counts: np.ndarray) -> tuple:
@@ -113,13 +170,13 @@ def answer_columns(owner: tuple, local: np.ndarray, counts: np.ndarray) -> tuple
     return tuple(column[local] for column in owner)
 
 
-def _split_requests(rows: np.ndarray, row_bounds: np.ndarray) -> tuple:
+def _split_requests(rows: np.ndarray, n_groups: int, row_bounds: np.ndarray) -> tuple:
     unique, counts = np.unique(np.asarray(rows, np.int64), return_counts=True)
     cuts = np.searchsorted(unique, row_bounds)
-    return tuple((unique[cuts[g]:cuts[g + 1]], counts[cuts[g]:cuts[g + 1]]) for g in range(len(row_bounds) - 1))
+    return tuple((unique[cuts[g]:cuts[g + 1]], counts[cuts[g]:cuts[g + 1]]) for g in range(n_groups))
 
 
-def _answer_group(pieces: list, owners: list, offsets: np.ndarray, answer) -> tuple:
+def _answer_group(pieces: list, owners: list, offsets: np.ndarray, answer, n_requesters: int) -> tuple:
     """One group's answers to every partition's requests of its rows, one piece per requesting partition."""
     asked = np.concatenate([p[0] for p in pieces])
     unique, inverse = np.unique(asked, return_inverse=True)
