@@ -87,3 +87,34 @@ def test_aranges():
     starts, lengths = np.array([5, 0, 9, 2]), np.array([3, 0, 1, 2])
     assert aranges(starts, lengths).tolist() == [5, 6, 7, 9, 2, 3]
     assert aranges(np.array([], np.int64), np.array([], np.int64)).tolist() == []
+
+
+@pytest.mark.parametrize("max_bucket,anchors", [(1000, 8), (6, 2), (3, 1), (2, 0)])
+def test_stored_bucket_pairs_are_a_full_runs_pairs_with_a_new_item(tmp_path, max_bucket, anchors):
+    """Batches of items joining stored LSH buckets: the pairs found through the index are exactly the
+    candidate pairs of one ``candidate_pairs`` over every item that involve a new one, whatever the
+    buckets' sizes before and after (small, crossing ``max_bucket``, large)."""
+    from gpucurate.kernels.pairs import candidate_pairs
+    from gpucurate.workflows.lsh_index import ITEM, bucket_entries, stored_bucket_pairs
+    rng = np.random.default_rng(max_bucket)
+    bands = 3
+    all_keys = np.empty((0, bands), np.uint64)
+    shingles = np.empty(0, bool)
+    runs = []
+    for batch, size in enumerate([40, 1, 25, 60, 30]):
+        # few distinct keys per band: buckets of every size; some items without shingles (no keys)
+        new_keys = (rng.integers(0, 12, (size, bands)) + np.arange(bands) * 100).astype(np.uint64)
+        new_shingles = rng.random(size) > 0.1
+        first_new = len(all_keys)
+        keys, items = bucket_entries(new_keys, first_new, new_shingles)
+        pi, pj = stored_bucket_pairs(SortedRuns(runs, ITEM), keys, items, max_bucket, anchors)
+        all_keys = np.concatenate([all_keys, new_keys])
+        shingles = np.concatenate([shingles, new_shingles])
+        some = np.flatnonzero(shingles)
+        fi, fj = candidate_pairs(all_keys[some], max_bucket, anchors)
+        fi, fj = some[fi], some[fj]
+        new = fj >= first_new
+        assert np.array_equal(pi, fi[new]) and np.array_equal(pj, fj[new]), batch
+        runs.append(write_run(tmp_path / f"bands{batch}", keys, items))
+        if batch == 3:  # a compaction in between changes nothing
+            runs = [merge_runs(runs, ITEM, tmp_path / "merged")]

@@ -80,9 +80,10 @@ def _read(path: Path, dtype: np.dtype, start: int, stop: int) -> np.ndarray:
         return np.fromfile(fh, dtype, stop - start)
 
 
-def _read_ranges(path: Path, dtype: np.dtype, lo: np.ndarray, hi: np.ndarray, gap: int) -> np.ndarray:
+def read_ranges(path: Path, dtype: np.dtype, lo: np.ndarray, hi: np.ndarray, gap: int | None = None) -> np.ndarray:
     """The records ``lo[i]:hi[i]`` of the file ``path``, concatenated in that order (``lo`` ascending, ranges
     not overlapping); ranges closer than ``gap`` records are read in one piece."""
+    gap = GAP_BLOCKS * BLOCK if gap is None else gap
     keep = hi > lo
     lo, hi = lo[keep], hi[keep]
     if not len(lo):
@@ -152,7 +153,7 @@ class SortedRuns:
         touched = np.unique(block)
         starts = touched * BLOCK
         stops = np.minimum(starts + BLOCK, run.count)
-        keys_read = _read_ranges(run.file("keys"), np.dtype(np.uint64), starts, stops, GAP_BLOCKS * BLOCK)
+        keys_read = read_ranges(run.file("keys"), np.dtype(np.uint64), starts, stops)
         base = np.zeros(len(touched), np.int64)  # where each touched block begins in keys_read
         np.cumsum((stops - starts)[:-1], out=base[1:])
         at = np.searchsorted(touched, block)
@@ -180,7 +181,7 @@ class SortedRuns:
             found_key.append(np.repeat(np.flatnonzero(hit), hi - lo))
             found_run.append(np.full(len(found_key[-1]), r, np.int64))
             if values:
-                found_values.append(_read_ranges(run.file("values"), self.dtype, lo, hi, GAP_BLOCKS * BLOCK))
+                found_values.append(read_ranges(run.file("values"), self.dtype, lo, hi))
         if not found_key:
             return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, self.dtype)
         key_of = np.concatenate(found_key)

@@ -213,6 +213,57 @@ def _merge_distinct(a, b):
     return out[:w]
 
 
+@njit(nogil=True, cache=True, aot=("i8[:], i8[:], i8[:], i8[:], i8[:], i8, i8",))
+def new_bucket_pairs(old_offsets, old_items, old_counts, new_offsets, new_items, max_bucket, anchors):
+    """The pairs of ``bucket_pairs``' rule that involve a new member, for buckets that held ``old_counts``
+    members before new ones (with larger ids) joined: ``uint64[p]`` ``i << 32 | j`` with ``i < j``, a pair
+    found in several buckets repeated.
+
+    Bucket ``g`` has old members ``old_items[old_offsets[g]:old_offsets[g + 1]]`` (ascending): all of them
+    when the bucket stays within ``max_bucket``, else at least its first ``anchors`` followed by its last
+    one; and new members ``new_items[new_offsets[g]:new_offsets[g + 1]]`` (ascending). In a bucket of at
+    most ``max_bucket`` members a new one pairs with every earlier member; in a larger one with the first
+    ``anchors`` members and its predecessor, as ``bucket_pairs`` pairs the whole bucket.
+    """
+    total = 0
+    for g in range(old_counts.shape[0]):
+        k = new_offsets[g + 1] - new_offsets[g]
+        size = old_counts[g] + k
+        if size <= max_bucket:
+            total += k * old_counts[g] + k * (k - 1) // 2
+        else:
+            total += k * (anchors + 1)
+    out = np.empty(total, np.uint64)
+    w = 0
+    for g in range(old_counts.shape[0]):
+        o0, o1 = old_offsets[g], old_offsets[g + 1]
+        n0, n1 = new_offsets[g], new_offsets[g + 1]
+        n_old = old_counts[g]
+        if n_old + (n1 - n0) <= max_bucket:
+            for t in range(n0, n1):
+                y = new_items[t]
+                for x in range(o0, o1):
+                    out[w] = (U64(old_items[x]) << U64(32)) | U64(y)
+                    w += 1
+                for x in range(n0, t):
+                    out[w] = (U64(new_items[x]) << U64(32)) | U64(y)
+                    w += 1
+            continue
+        for t in range(n0, n1):
+            y = new_items[t]
+            p = n_old + t - n0  # y's position in the bucket
+            lim = min(anchors, p)
+            for q in range(lim):  # the first members: old ones (the head read), then new ones
+                x = old_items[o0 + q] if q < n_old else new_items[n0 + q - n_old]
+                out[w] = (U64(x) << U64(32)) | U64(y)
+                w += 1
+            if p - 1 >= lim:
+                x = old_items[o1 - 1] if t == n0 else new_items[t - 1]
+                out[w] = (U64(x) << U64(32)) | U64(y)
+                w += 1
+    return out[:w]
+
+
 def pack_pairs(i: np.ndarray, j: np.ndarray) -> np.ndarray:
     """uint64 key ``min << 32 | max`` of each pair (the layout of ``bucket_pairs``), order-independent."""
     lo, hi = np.minimum(i, j).astype(np.uint64), np.maximum(i, j).astype(np.uint64)
