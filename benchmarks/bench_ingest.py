@@ -8,6 +8,16 @@ slots that copies of an earlier hit take without deduplication.
 The PostgreSQL server is the tests' (pgserver's binaries on 127.0.0.1, started and stopped here).
 
     python benchmarks/bench_ingest.py [--batches 10] [--queries 200] [--dtype bfloat16]
+
+``--scale`` measures a batch against states of several sizes instead (no sink, semantic stage off, the CLI
+as a user runs it under GNU time). Each state holds one near-copy of every Reuters body, then distinct
+pseudo-sources (30% of a body's words replaced) up to its size, built by ingests of ``--build-batch``
+documents; the batch is 2,000 new versions of stored near-copies (the last word changed), so each of its documents
+matches about one stored document at every size. Per size: the batch's wall time and peak RSS, the state's bytes on
+disk per document (shingle sets apart), and the time to build the state (against one ``run`` over the
+same documents, for the largest):
+
+    python benchmarks/bench_ingest.py --scale 19043 190430 1904300
 """
 
 from __future__ import annotations
@@ -15,6 +25,8 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -25,13 +37,14 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from common import REUTERS, print_table, write_json  # noqa: E402
+from common import REUTERS, print_table, reuters_bodies, write_json  # noqa: E402
 from pg_server import start_postgres  # noqa: E402
 
 from gpucurate.workflows.ingest import ingest  # noqa: E402
 from gpucurate.rag.payload import RagSink, encoder_for  # noqa: E402
 from gpucurate.rag.sinks.pgvector import PgvectorSink  # noqa: E402
-from gpucurate.workflows.state import State  # noqa: E402
+from gpucurate.io.row_store import read_rows  # noqa: E402
+from gpucurate.workflows.state import State, vector_record  # noqa: E402
 
 
 def reuters_batches(folder: Path, n_batches: int) -> list[str]:
@@ -84,6 +97,104 @@ def latency(db: PgvectorSink, queries: np.ndarray, k: int, use_dedup: bool) -> t
             "mean_ms": round(float(ms.mean()), 2)}, results
 
 
+TIME = "/usr/bin/time"
+QUIET = ["-q", "--no-progress", "--set", "semantic.enabled=false"]
+
+
+def _near_copy(words: list[str], rng, edit: float = 0.02) -> str:
+    copy = list(words)
+    for i in rng.choice(len(copy), max(1, int(round(edit * len(copy)))), replace=False):
+        copy[i] = f"e{rng.integers(1 << 30)}"
+    return " ".join(copy)
+
+
+def write_scale_corpus(folder: Path, size: int, per_file: int, batch: int, seed: int = 0) -> tuple[list[Path], Path]:
+    """The state's documents in files of ``per_file`` (a near-copy of every Reuters body, then distinct
+    pseudo-sources up to ``size``), and the batch file: new versions of ``batch`` of the stored near-copies
+    (their last word changed)."""
+    words = [t.split() for t in reuters_bodies()[0]]
+    rng = np.random.default_rng(seed)
+    chosen = set(np.random.default_rng(seed + 1).choice(len(words), batch, replace=False).tolist())
+    versions, files, fh = [], [], None
+    for d in range(size):
+        if d % per_file == 0:
+            if fh:
+                fh.close()
+            files.append(folder / f"state-{len(files):03d}.jsonl")
+            fh = open(files[-1], "w", encoding="utf-8")
+        if d < len(words):
+            doc = {"id": f"r{d}", "text": _near_copy(words[d], rng)}
+            if d in chosen:
+                versions.append(doc["text"].rsplit(" ", 1)[0] + f" v{rng.integers(1 << 30)}")
+        else:
+            base = list(words[d % len(words)])
+            for i in rng.choice(len(base), max(1, int(0.3 * len(base))), replace=False):
+                base[i] = f"s{d}x{rng.integers(1 << 20)}"
+            doc = {"id": f"p{d}", "text": " ".join(base)}
+        fh.write(json.dumps(doc) + "\n")
+    fh.close()
+    path = folder / "batch.jsonl"
+    with open(path, "w", encoding="utf-8") as out:
+        for i, text in enumerate(versions):
+            out.write(json.dumps({"id": f"b{i}", "text": text}) + "\n")
+    return files, path
+
+
+def timed(cmd: list[str]) -> dict:
+    """``cmd`` under GNU time: seconds from spawn to exit and peak RSS (MiB)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        rss = Path(tmp) / "rss"
+        t0 = time.perf_counter()
+        proc = subprocess.run([TIME, "-f", "%M", "-o", str(rss), *cmd], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        seconds = time.perf_counter() - t0
+        if proc.returncode:
+            raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+        return {"seconds": round(seconds, 2), "peak_rss_mib": round(int(rss.read_text().split()[-1]) / 1024)}
+
+
+def state_bytes(state: Path) -> tuple[int, int]:
+    """(bytes of the state without the shingle sets, bytes of the shingle sets)."""
+    files = [p for p in state.rglob("*") if p.is_file()]
+    sets = sum(p.stat().st_size for p in files if p.name.startswith("sets."))
+    return sum(p.stat().st_size for p in files) - sets, sets
+
+
+def scale(sizes: list[int], per_file: int, batch: int, work: Path, out: str) -> None:
+    gpucurate = [sys.executable, "-m", "gpucurate"]
+    rows = []
+    for size in sizes:
+        folder = work / f"n{size}"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        files, batch_file = write_scale_corpus(folder, size, per_file, batch)
+        state = folder / "state"
+        build = [timed([*gpucurate, "ingest", "--state", str(state), "--input", str(f), *QUIET]) for f in files]
+        measured = timed([*gpucurate, "ingest", "--state", str(state), "--input", str(batch_file), *QUIET])
+        summary = json.loads((state / "MANIFEST.json").read_text())["batches"][-1]
+        other, sets = state_bytes(state)
+        n_state = size + summary["new_documents"]
+        row = {"state_documents": size, "batch_documents": batch, "batch_new_aliases": summary["new_aliases"],
+               "batch_seconds": measured["seconds"], "batch_peak_rss_mib": measured["peak_rss_mib"],
+               "state_bytes_per_doc": round(other / n_state), "shingle_set_bytes_per_doc": round(sets / n_state),
+               "build_ingests": len(files), "build_seconds": round(sum(b["seconds"] for b in build), 1),
+               "build_peak_rss_mib": max(b["peak_rss_mib"] for b in build)}
+        if size == max(sizes):  # one run over the same documents
+            run = timed([*gpucurate, "run", "--input", *map(str, files), "--output", str(folder / "run"), *QUIET])
+            row["run_seconds"] = run["seconds"]
+            row["build_over_run"] = round(row["build_seconds"] / run["seconds"], 2)
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr)
+        shutil.rmtree(folder)
+    first, last = rows[0], rows[-1]
+    targets = {"batch_wall_ratio": round(last["batch_seconds"] / first["batch_seconds"], 2),
+               "batch_rss_ratio": round(last["batch_peak_rss_mib"] / first["batch_peak_rss_mib"], 2)}
+    print_table(rows, list(rows[-1]), f"a {batch:,}-document batch into states of {', '.join(f'{s:,}' for s in sizes)}"
+                " documents (CLI, exact + fuzzy)")
+    print(json.dumps(targets), file=sys.stderr)
+    write_json({"rows": rows, "ratios": targets}, out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", type=int, default=10)
@@ -93,7 +204,17 @@ def main() -> None:
     ap.add_argument("--archive", type=int, default=0, metavar="N",
                     help="use N documents of the templated archive generator instead of Reuters")
     ap.add_argument("--out", default=None, help="JSON output (default benchmarks/results/ingest[-archive].json)")
+    ap.add_argument("--scale", type=int, nargs="+", metavar="DOCUMENTS",
+                    help="measure a batch against states of these sizes (see above)")
+    ap.add_argument("--build-batch", type=int, default=100_000, help="documents per ingest building a --scale state")
+    ap.add_argument("--batch", type=int, default=2000, help="documents of the --scale batch")
+    ap.add_argument("--work", default=None, help="folder for the --scale corpora and states (default: temporary)")
     args = ap.parse_args()
+    if args.scale:
+        with tempfile.TemporaryDirectory() as d:
+            scale(sorted(args.scale), args.build_batch, args.batch, Path(args.work or d),
+                  args.out or "benchmarks/results/ingest-scale.json")
+        return
     if not REUTERS.is_file():
         raise SystemExit(f"benchmark data not found: {REUTERS}")
     overrides = {"run.progress": False, "semantic.enabled": True, "semantic.dtype": args.dtype}
@@ -139,17 +260,18 @@ def main() -> None:
 
             # the no-dedup index: every non-empty document with its own embedding
             state = State(tmp / "state")
-            docs = state.documents().to_pandas()
             reg = state.registry()
+            every = np.arange(state.n_rows)
+            records = state.records(every)
             cfg_sem = {**overrides}
             from gpucurate.config import load_config
             cfg = load_config(None, cfg_sem)
             encoder = encoder_for(cfg, "cpu")
-            stored = [p for p in state.arrays("semantic") if p and len(p["embeddings"])]
-            hashes = np.concatenate([p["item_hash"] for p in stored]) if stored else np.empty(0, np.uint64)
-            vectors = np.concatenate([p["embeddings"] for p in stored]) if stored \
-                else np.empty((0, encoder.dim), np.float32)
-            by_hash = dict(zip(hashes.tolist(), range(len(hashes))))
+            stored = read_rows(state.vector_files(), vector_record(encoder.dim), np.arange(state.n_vectors))
+            vectors = stored["vector"]
+            by_hash = dict(zip(stored["hash"].tolist(), range(len(stored))))
+            docs = pd.DataFrame({"doc_id": state.doc_ids(every), "text_hash": records["text_hash"],
+                                 "empty": records["empty"]})
             texts = pd.concat([pd.read_json(f, lines=True) for f in files], ignore_index=True).set_index("id")
             nonempty = docs[~docs["empty"]]
             emb = np.zeros((len(nonempty), vectors.shape[1]), np.float32)

@@ -13,9 +13,9 @@ import pytest
 from conftest import read_annotations, write_jsonl
 from gpucurate.cli import main
 from gpucurate.errors import ConfigError
-from gpucurate.workflows.ingest import REGISTRY_COLUMNS, ingest
+from gpucurate.workflows.ingest import ingest
 from gpucurate.workflows.run import run
-from gpucurate.workflows.state import MANIFEST, State, StateLock
+from gpucurate.workflows.state import MANIFEST, REGISTRY_COLUMNS, State, StateLock
 
 Q = {"run.progress": False, "semantic.enabled": False}
 COMPARED = [c for c in REGISTRY_COLUMNS if c != "doc_id"]
@@ -54,6 +54,24 @@ def test_batches_give_the_clusters_of_one_run(tmp_path, batches, extra):
     assert summaries[2]["state_documents"] == 1500
     full = json.loads((tmp_path / "full" / "summary.json").read_text())
     assert summaries[2]["state_canonicals"] == full["documents_kept"]
+
+
+def test_many_batches_through_compactions_give_one_runs_clusters(tmp_path, demo_frame, monkeypatch):
+    """Batches of uneven sizes: the indexes span several segments and merged runs (a small merge range, so
+    merges cut keys into many ranges), and the state still gives the annotations of one run."""
+    from gpucurate.io import sorted_runs
+    monkeypatch.setattr(sorted_runs, "BLOCK", 8)
+    cuts = [0, 40, 90, 400, 410, 700, 1000, 1010, 1500]
+    files = [str(write_jsonl(tmp_path / f"b{k}.jsonl", demo_frame.iloc[a:b].to_dict(orient="records")))
+             for k, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
+    run(files, tmp_path / "full", overrides=Q)
+    for f in files:
+        ingest([f], tmp_path / "state", overrides=Q)
+    assert_same_as_full_run(tmp_path / "state", tmp_path / "full")
+    indexes = json.loads((tmp_path / "state" / MANIFEST).read_text())["indexes"]
+    assert any("merged" in path for path, _ in indexes["registry"])  # runs were merged
+    assert all(len(runs) < len(files) for runs in indexes.values())
+    assert State(tmp_path / "state").remove_leftovers() == []
 
 
 def test_rerun_is_idempotent_and_changed_text_is_an_error(tmp_path, batches, capsys):
@@ -101,7 +119,7 @@ def test_killed_ingest_leaves_the_state_before_or_after_the_batch(tmp_path, batc
     for b in batches[:2]:
         ingest([b], reference, overrides=Q)
     expected = registry(reference)
-    for point in ("computed", "segment-written", "before-manifest", "after-manifest"):
+    for point in ("computed", "compacting", "segment-written", "before-manifest", "after-manifest"):
         state = tmp_path / point
         ingest([batches[0]], state, overrides=Q)
         before_manifest, before_registry = (state / MANIFEST).read_bytes(), registry(state)
@@ -118,7 +136,7 @@ def test_killed_ingest_leaves_the_state_before_or_after_the_batch(tmp_path, batc
         pd.testing.assert_frame_equal(registry(state), expected)
         listed = set(json.loads((state / MANIFEST).read_text())["segments"])
         assert {p.name for p in state.glob("seg-*")} == listed and not list(state.glob("*.tmp")), point
-        assert len(list(state.glob("registry-*"))) == 1
+        assert State(state).remove_leftovers() == [], point  # no run a compaction replaced is left
 
 
 def test_concurrent_ingest_fails_clearly(tmp_path, batches, capsys):

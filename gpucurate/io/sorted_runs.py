@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-#: entries a fence key stands for: a lookup reads at least one block (2 KB of keys) per run and key
+#: entries a fence key stands for: a lookup reads at least one block (2 KB of keys) per run and key (part of
+#: the files' format: a state written with another value would be misread)
 BLOCK = 256
 #: blocks of keys (or entries of values) between two wanted ones that a lookup reads through rather than
 #: seeking past them
@@ -81,26 +82,27 @@ def _read(path: Path, dtype: np.dtype, start: int, stop: int) -> np.ndarray:
 
 
 def read_ranges(path: Path, dtype: np.dtype, lo: np.ndarray, hi: np.ndarray, gap: int | None = None) -> np.ndarray:
-    """The records ``lo[i]:hi[i]`` of the file ``path``, concatenated in that order (``lo`` ascending, ranges
-    not overlapping); ranges closer than ``gap`` records are read in one piece."""
+    """The records ``lo[i]:hi[i]`` of the file ``path``, concatenated in that order (``lo`` ascending). Ranges
+    closer than ``gap`` records are read in one piece, and each piece is cut to its ranges at once, so what
+    is held beyond the result is one piece."""
     gap = GAP_BLOCKS * BLOCK if gap is None else gap
     keep = hi > lo
     lo, hi = lo[keep], hi[keep]
     if not len(lo):
         return np.empty(0, dtype)
-    new_span = np.r_[True, lo[1:] - hi[:-1] > gap]
-    span = np.cumsum(new_span) - 1
-    span_lo = lo[new_span]
-    span_hi = np.maximum.reduceat(hi, np.flatnonzero(new_span))
-    pieces = []
+    starts = np.flatnonzero(np.r_[True, lo[1:] - np.maximum.accumulate(hi)[:-1] > gap])
+    stops = np.r_[starts[1:], len(lo)]
+    out = np.empty(int((hi - lo).sum()), dtype)
+    written = 0
     with open(path, "rb") as fh:
-        for a, b in zip(span_lo.tolist(), span_hi.tolist()):
-            fh.seek(a * dtype.itemsize)
-            pieces.append(np.fromfile(fh, dtype, b - a))
-    buffer = np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
-    span_base = np.zeros(len(span_lo), np.int64)
-    np.cumsum((span_hi - span_lo)[:-1], out=span_base[1:])
-    return buffer[aranges(lo - span_lo[span] + span_base[span], hi - lo)]
+        for a, b in zip(starts.tolist(), stops.tolist()):
+            first, last = int(lo[a]), int(hi[a:b].max())
+            fh.seek(first * dtype.itemsize)
+            piece = np.fromfile(fh, dtype, last - first)
+            take = piece[aranges(lo[a:b] - first, hi[a:b] - lo[a:b])]
+            out[written:written + len(take)] = take
+            written += len(take)
+    return out
 
 
 def aranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -140,25 +142,32 @@ class SortedRuns:
             self._fences[run.path] = np.fromfile(run.file("fence"), np.uint64)
         return self._fences[run.path]
 
-    def positions(self, run: Run, keys: np.ndarray, side: str) -> np.ndarray:
-        """int64[k] ``np.searchsorted(run's keys, keys, side)`` for ``keys`` (uint64[k], ascending), reading only
-        the blocks of keys where the answers lie."""
+    def bounds(self, run: Run, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(lo, hi)`` int64[k]: where the entries of each of ``keys`` (uint64[k], ascending) lie in ``run``
+        (``np.searchsorted`` left and right of its keys), reading only the blocks of keys that hold them."""
         keys = np.asarray(keys, np.uint64)
         if not run.count or not len(keys):
-            return np.zeros(len(keys), np.int64)
+            return np.zeros(len(keys), np.int64), np.zeros(len(keys), np.int64)
         fence = self._fence(run)
-        # the answer lies in the block whose first key is the last one before (left) or at (right) the key,
+        # an answer lies in the block whose first key is the last one before (left) or at (right) the key,
         # or at that block's end
-        block = np.maximum(np.searchsorted(fence, keys, side) - 1, 0)
-        touched = np.unique(block)
+        blocks = [np.maximum(np.searchsorted(fence, keys, side) - 1, 0) for side in ("left", "right")]
+        touched = np.unique(np.concatenate(blocks))
         starts = touched * BLOCK
         stops = np.minimum(starts + BLOCK, run.count)
-        keys_read = read_ranges(run.file("keys"), np.dtype(np.uint64), starts, stops)
+        keys_read = read_ranges(run.file("keys"), np.dtype(np.uint64), starts, stops, gap=0)
         base = np.zeros(len(touched), np.int64)  # where each touched block begins in keys_read
         np.cumsum((stops - starts)[:-1], out=base[1:])
-        at = np.searchsorted(touched, block)
-        within = np.searchsorted(keys_read, keys, side) - base[at]  # keys_read is sorted: blocks in order
-        return block * BLOCK + np.clip(within, 0, (stops - starts)[at])
+        out = []
+        for side, block in zip(("left", "right"), blocks):
+            at = np.searchsorted(touched, block)
+            within = np.searchsorted(keys_read, keys, side) - base[at]  # keys_read is sorted: blocks in order
+            out.append(block * BLOCK + np.clip(within, 0, (stops - starts)[at]))
+        return out[0], out[1]
+
+    def positions(self, run: Run, keys: np.ndarray, side: str) -> np.ndarray:
+        """int64[k] ``np.searchsorted(run's keys, keys, side)`` for ``keys`` (uint64[k], ascending)."""
+        return self.bounds(run, keys)[0 if side == "left" else 1]
 
     def find(self, keys: np.ndarray, values: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every entry whose key is one of ``keys`` (uint64[k], distinct, any order).
@@ -173,7 +182,7 @@ class SortedRuns:
             raise ValueError("find: the keys must be distinct")
         found_key, found_run, found_values = [], [], []
         for r, run in enumerate(self.runs):
-            lo, hi = self.positions(run, distinct, "left"), self.positions(run, distinct, "right")
+            lo, hi = self.bounds(run, distinct)
             hit = hi > lo
             if not hit.any():
                 continue

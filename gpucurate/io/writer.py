@@ -88,7 +88,7 @@ def is_complete(path: str | os.PathLike) -> bool:
 def lock_output(path: str | os.PathLike, command: str):
     """The exclusive lock of the output directory ``path`` (``<parent>/.<name>.lock``), not yet taken:
     ``with lock_output(path, "report"):``. A held one raises LockedError (exit 4) naming the holder."""
-    from ..workflows.state import FileLock
+    from .locks import FileLock
     target = Path(os.path.realpath(path))
     return FileLock(target.parent / f".{target.name}.lock",
                     f"{path}: the output directory is being written by another gpucurate process ({{holder}}); "

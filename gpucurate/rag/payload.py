@@ -22,7 +22,11 @@ import pyarrow as pa
 from .chunks import chunk_documents, chunk_fuzzy_config, sketch_chunks
 from ..errors import ConfigError
 from ..io.reader import load_partition
+from ..engine.executor import Executor
+from ..kernels.pairs import index_of, pack_pairs
 from ..stages.fuzzy import FuzzyDedup
+from ..stages.sketches import Sketches
+from ..stages.table import canonicals
 
 log = logging.getLogger("gpucurate")
 
@@ -78,43 +82,43 @@ class RagPayload:
     dim: int = 0
 
 
-def _times(docs: pd.DataFrame, rows: np.ndarray) -> pd.Series:
-    """When a document was seen: its own timestamp when the input has one, else when it was ingested."""
-    own = docs["timestamp"].to_numpy(np.int64)[rows]
-    ingested = docs["ingested_at"].to_numpy(np.int64)[rows]
+def _times(docs: np.ndarray, rows: np.ndarray) -> pd.Series:
+    """When a document was seen: its own timestamp when the input has one, else when it was ingested
+    (``docs``: the closure's ``DOC_RECORD``)."""
+    own, ingested = docs["timestamp"][rows], docs["ingested_at"][rows]
     return pd.to_datetime(np.where(own != NO_TIME, own, ingested), utc=True)
 
 
 def build_payload(state, batch, executor) -> RagPayload:
     """The sink's rows for one ingest, and the chunk index pieces to commit with it."""
-    cfg, u, ann = batch.cfg, batch.union, batch.annotations
+    cfg, closure, ann = batch.cfg, batch.closure, batch.annotations
     from ..engine.backend import select
     encoder = encoder_for(cfg, select(cfg.run.backend).torch_device)
-    n_old, n = u.n_old, u.table.n
-    new = np.arange(n_old, n)
-    ids = pd.Series(u.table.ids).astype(str).to_numpy()
+    c, k = len(closure.rows), len(batch.new_batch_rows)
+    new = np.arange(c - k, c)  # the new documents have the largest rows: the closure's end, in batch order
+    old = np.arange(c - k)
+    ids = pd.Series(closure.table.ids).astype(str).to_numpy()
     is_canonical = np.asarray(ann.column("is_canonical"))
     keep = np.asarray(ann.column("keep"))
     dedup = ann.column("dedup_id").to_pandas().astype(str).to_numpy()
-    dedup_row = pd.Index(ids).get_indexer(dedup)
+    dedup_row = pd.Index(ids).get_indexer(dedup)  # a canonical is in its document's closure
     stage = np.asarray(ann.column("drop_stage").to_pylist(), dtype=object)
     similarity = np.asarray(ann.column("similarity"))
     cluster_size = np.asarray(ann.column("cluster_size"))
-    batch_row_of = u.new_batch_rows  # batch row of union row n_old + i
-    texts, metadata = batch_records(batch, batch_row_of)
+    texts, metadata = batch_records(batch, batch.new_batch_rows)
     stats = {"documents_embedded": 0, "document_embeddings_reused": 0}
 
     # canonical documents: kept canonicals among the new ones (an empty text has nothing to retrieve)
-    empty = u.docs["empty"].to_numpy(bool)
+    empty = closure.docs["empty"]
     can = new[is_canonical[new] & keep[new] & ~empty[new]]
     stats["empty_not_indexed"] = int((is_canonical[new] & keep[new] & empty[new]).sum())
-    can_local = can - n_old
+    can_local = can - (c - k)
     vectors = np.zeros((len(can), encoder.dim), np.float32)
     have = np.zeros(len(can), bool)
-    if batch.semantic is not None and len(batch.semantic.rows):
-        pos = pd.Index(batch.semantic.rows).get_indexer(can)
+    if batch.vectors is not None and len(batch.vectors.rows):
+        pos = pd.Index(batch.vectors.rows).get_indexer(closure.rows[can])
         have = pos >= 0
-        vectors[have] = batch.semantic.embeddings[pos[have]]
+        vectors[have] = batch.vectors.vectors[pos[have]]
     if (~have).any():
         from ..stages.normalize import normalize
         missing = np.flatnonzero(~have)
@@ -122,7 +126,7 @@ def build_payload(state, batch, executor) -> RagPayload:
         vectors[missing] = encoder.encode(normalized.to_pylist())
     stats["documents_embedded"] = int((~have).sum())
     stats["document_embeddings_reused"] = int(have.sum())
-    seen = _times(u.docs, can)
+    seen = _times(closure.docs, can)
     documents = pd.DataFrame({"doc_id": ids[can], "text": [texts[i] for i in can_local],
                               "metadata": [metadata[i] for i in can_local], "embedding": list(vectors),
                               "cluster_size": cluster_size[can], "first_seen": seen, "last_seen": seen})
@@ -131,13 +135,12 @@ def build_payload(state, batch, executor) -> RagPayload:
     alias_new = new[~is_canonical[new] & keep[np.maximum(dedup_row[new], 0)] & (dedup_row[new] >= 0)]
     aliases = pd.DataFrame({"alias_id": ids[alias_new], "canonical_id": dedup[alias_new],
                             "stage": stage[alias_new], "similarity": similarity[alias_new],
-                            "metadata": [metadata[i] for i in alias_new - n_old],
-                            "ingested_at": _times(u.docs, alias_new)})
+                            "metadata": [metadata[i] for i in alias_new - (c - k)],
+                            "ingested_at": _times(closure.docs, alias_new)})
     moves = pd.DataFrame(columns=["doc_id", "canonical_id", "stage", "similarity"])
-    if batch.previous is not None and n_old:
-        before = batch.previous.set_index(batch.previous["doc_id"].astype(str)).loc[ids[:n_old]]
-        changed = np.flatnonzero((before["dedup_id"].astype(str).to_numpy() != dedup[:n_old])
-                                 & ~is_canonical[:n_old])
+    if batch.previous is not None and len(old):
+        before = batch.previous.column("dedup_id").to_pandas().astype(str).to_numpy()
+        changed = old[(before != dedup[old]) & ~is_canonical[old]]
         moves = pd.DataFrame({"doc_id": ids[changed], "canonical_id": dedup[changed], "stage": stage[changed],
                               "similarity": similarity[changed]})
     stats["documents_moved"] = int(len(moves))
@@ -146,16 +149,15 @@ def build_payload(state, batch, executor) -> RagPayload:
         chunks = pd.DataFrame(columns=["chunk_id", "text", "token_count", "embedding"])
         links, arrays = pd.DataFrame(columns=["doc_id", "position", "chunk_id"]), {}
     else:
-        chunks, links, arrays, chunk_stats = _chunk_index(state, batch, [texts[i] for i in can_local], can, ids,
-                                                          encoder)
+        chunks, links, arrays, chunk_stats = _chunk_index(state, batch, [texts[i] for i in can_local],
+                                                          closure.rows[can], ids[can], encoder)
         stats.update(chunk_stats)
     return RagPayload(documents, moves, aliases, chunks, links, stats, arrays, encoder.dim)
 
 
-def _chunk_index(state, batch, texts: list[str], doc_rows: np.ndarray, ids: np.ndarray, encoder):
-    """Chunk the new canonicals and deduplicate the chunks against the state's chunk index."""
-    from ..workflows.ingest import _append_sketches, _cat, _concat_sketches, group_items
-    from ..kernels.pairs import index_of
+def _chunk_index(state, batch, texts: list[str], doc_rows: np.ndarray, doc_ids: np.ndarray, encoder):
+    """Chunk the new canonicals (state rows ``doc_rows``, ids ``doc_ids``) and deduplicate the chunks against
+    the state's chunk index."""
     from ..engine.backend import select
     cfg = batch.cfg
     backend = select("cpu")
@@ -190,7 +192,7 @@ def _chunk_index(state, batch, texts: list[str], doc_rows: np.ndarray, ids: np.n
     chunks = pd.DataFrame({"chunk_id": chunk_id[unique_new], "text": [ct.text[r] for r in rows],
                            "token_count": ct.tokens[rows] if rows else np.empty(0, np.int64),
                            "embedding": list(vectors)})
-    links = pd.DataFrame({"doc_id": ids[doc_rows[ct.doc]], "position": ct.position, "chunk_id": chunk_id[item]})
+    links = pd.DataFrame({"doc_id": doc_ids[ct.doc], "position": ct.position, "chunk_id": chunk_id[item]})
     # earlier links whose chunk's canonical changed (two chunk clusters merged)
     old_links = state.arrays("chunk_links")
     prev_canon = state.arrays("chunk_canon")
@@ -202,9 +204,9 @@ def _chunk_index(state, batch, texts: list[str], doc_rows: np.ndarray, ids: np.n
             l_pos = _cat(old_links, "position", np.empty(0, np.int64))
             l_item = _cat(old_links, "item", np.empty(0, np.int64))
             hit = np.isin(l_item, moved_items)
-            links = pd.concat([links, pd.DataFrame({"doc_id": ids[l_row[hit]], "position": l_pos[hit],
+            moved_ids = pd.Series(state.doc_ids(l_row[hit])).astype(str).to_numpy()
+            links = pd.concat([links, pd.DataFrame({"doc_id": moved_ids, "position": l_pos[hit],
                                                     "chunk_id": chunk_id[l_item[hit]]})], ignore_index=True)
-    from ..workflows.ingest import _sketch_arrays
     arrays = {"chunks": _sketch_arrays(new_sk, fresh_hash),
               "chunk_edges": {"pairs": g.new_pairs, "scores": g.new_scores},
               "chunk_links": {"doc_row": doc_rows[ct.doc], "position": ct.position, "item": item},
@@ -212,6 +214,105 @@ def _chunk_index(state, batch, texts: list[str], doc_rows: np.ndarray, ids: np.n
     stats = {"chunks_in": int(len(ct.hashes)), "unique_new_chunks": int(len(unique_new)),
              "chunks_embedded": int(len(rows)), "chunk_embeddings_saved": int(len(ct.hashes) - len(rows))}
     return chunks, links, arrays, stats
+
+
+# the chunk index: every stored chunk item is read and regrouped with the new ones (its own
+# on-disk index is still to come)
+
+
+def _concat_sketches(parts: list[dict], bands: int) -> Sketches:
+    """Sketches of the stored fuzzy items, in item order (``fuzzy.npz`` of every segment)."""
+    parts = [p for p in parts if p]
+    if not parts:
+        return Sketches(np.empty((0, bands), np.uint64), np.zeros(1, np.int64), np.empty(0, np.uint64))
+    lengths = np.concatenate([np.diff(p["csr_offsets"]) for p in parts])
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    sk = Sketches(np.concatenate([p["keys"] for p in parts]), offsets, np.concatenate([p["csr_values"] for p in parts]))
+    if "sigs" in parts[0]:
+        sk.sigs = np.concatenate([p["sigs"] for p in parts])
+    if "simhashes" in parts[0]:
+        sk.simhashes = np.concatenate([p["simhashes"] for p in parts])
+    return sk
+
+
+def _append_sketches(a: Sketches, b: Sketches) -> Sketches:
+    offsets = np.concatenate([a.csr_offsets, b.csr_offsets[1:] + a.csr_offsets[-1]])
+    out = Sketches(np.concatenate([a.keys, b.keys]), offsets, np.concatenate([a.csr_values, b.csr_values]))
+    if b.sigs is not None:
+        out.sigs = np.concatenate([a.sigs, b.sigs]) if a.sigs is not None and len(a.keys) else b.sigs
+    if b.simhashes is not None:
+        out.simhashes = np.concatenate([a.simhashes, b.simhashes]) if a.simhashes is not None and len(a.keys) \
+            else b.simhashes
+    return out
+
+
+def _sketch_arrays(sk: Sketches, hashes: np.ndarray) -> dict:
+    out = {"item_hash": hashes, "keys": sk.keys, "csr_offsets": sk.csr_offsets, "csr_values": sk.csr_values}
+    if sk.sigs is not None:
+        out["sigs"] = sk.sigs
+    if sk.simhashes is not None:
+        out["simhashes"] = sk.simhashes
+    return out
+
+
+def _cat(parts: list[dict], name: str, empty: np.ndarray) -> np.ndarray:
+    arrays = [p[name] for p in parts if p and name in p]
+    return np.concatenate(arrays) if arrays else empty
+
+
+@dataclass
+class ItemGroups:
+    """Result of clustering items (distinct texts) with stored and new pairs."""
+    canon: np.ndarray  # int64[m] item index of each item's canonical
+    similarity: np.ndarray  # float64[m]
+    pi: np.ndarray  # int64[e] candidate pairs (item indices) and their scores
+    pj: np.ndarray
+    scores: np.ndarray
+    new_pairs: np.ndarray  # uint64 packed pairs verified in this batch
+    new_scores: np.ndarray
+    recomputed: int
+
+
+def group_items(stage: FuzzyDedup, sk: Sketches, active: np.ndarray, key: np.ndarray, order: np.ndarray,
+                cached_pairs: np.ndarray, cached_scores: np.ndarray, max_bucket: int, anchors: int,
+                executor: Executor | None = None) -> ItemGroups:
+    """LSH candidates over all ``active`` items, scores from the cache or computed, components,
+    canonicals (smallest ``key``, then ``order``) and each member's score to its canonical.
+
+    ``cached_pairs`` (uint64 ``pack_pairs``) hold the pairs verified by earlier batches.
+    """
+    some = np.flatnonzero(active & (np.diff(sk.csr_offsets) > 0))
+    pi, pj = stage.backend.pairs.candidate_pairs(sk.keys[some], max_bucket, anchors,
+                                                 executor.local_threads if executor is not None else 1)
+    pi, pj = some[pi], some[pj]
+    packed = pack_pairs(pi, pj)
+    at = index_of(cached_pairs, packed)
+    scores = np.empty(len(pi), np.float64)
+    scores[at >= 0] = cached_scores[at[at >= 0]]
+    todo = np.flatnonzero(at < 0)
+    if len(todo):
+        scores[todo] = stage.scores(sk, pi[todo], pj[todo], executor)
+    m = len(active)
+    edge = scores >= stage.score_threshold - 1e-12
+    labels = stage.backend.pairs.components(m, pi[edge], pj[edge])
+    items = np.flatnonzero(active)
+    canon = np.arange(m, dtype=np.int64)
+    if len(items):  # the winner's order value (its union row), mapped back to its item
+        winner_row = canonicals(labels[items], order[items], key[items])
+        by_row = np.argsort(order[items])
+        canon[items] = items[by_row][np.searchsorted(order[items][by_row], winner_row)]
+    similarity = np.ones(m, np.float64)
+    members = np.flatnonzero(canon != np.arange(m))
+    recomputed = 0
+    if len(members):
+        pos = index_of(packed, pack_pairs(members, canon[members]))
+        similarity[members[pos >= 0]] = scores[pos[pos >= 0]]
+        missing = members[pos < 0]
+        if len(missing):
+            similarity[missing] = stage.scores(sk, missing, canon[missing])
+            recomputed = len(missing)
+    return ItemGroups(canon, similarity, pi, pj, scores, packed[todo], scores[todo], recomputed)
 
 
 class RagSink:

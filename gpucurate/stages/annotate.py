@@ -20,17 +20,16 @@ from .semantic import SemanticResult
 from .table import DocParts, DocTable, id_array
 
 
-def annotate(table: DocTable, exact: ExactResult, fuzzy: FuzzyResult | None, out: OutputConfig,
-             semantic: SemanticResult | None = None, quality: QualityResult | None = None,
-             contamination: ContaminationResult | None = None) -> pa.Table:
-    """Annotation columns for every document of a table held in this process, in table order (``pa.Table``
-    with ANNOTATION_COLUMNS); a run's partitions compose the same way by row lookups
-    (``workflows.run``) and share ``annotation_columns``.
+def stage_canonicals(n: int, exact: ExactResult, fuzzy: FuzzyResult | None,
+                     semantic: SemanticResult | None = None) -> tuple:
+    """What a document's annotation is made of, for the ``n`` rows of a table held in this process:
+    ``(exact_canon, fuzzy_canon, final, fuzzy_similarity, semantic_similarity, cluster_size)``, the rows of its
+    exact canonical, of that one's fuzzy canonical and of the final canonical (``dedup_id``), the exact
+    canonical's similarity to its fuzzy canonical, its own cosine to its semantic canonical, and how many
+    documents share its final canonical (each int64[n] or float64[n]).
 
     Each stage maps the canonicals of the stage before to its own canonicals; a document's final
-    canonical (``dedup_id``) is the composition.
-    """
-    n = table.n
+    canonical is the composition."""
     rows = np.arange(n, dtype=np.int64)
     # each later stage: canonical and score of the rows that took part; the others map to themselves
     fuzzy_of, fuzzy_sim = rows.copy(), np.ones(n, dtype=np.float64)
@@ -44,6 +43,18 @@ def annotate(table: DocTable, exact: ExactResult, fuzzy: FuzzyResult | None, out
     exact_canon = exact.canon
     fuzzy_canon = fuzzy_of[exact_canon]
     final = semantic_of[fuzzy_canon]
+    return exact_canon, fuzzy_canon, final, fuzzy_sim[exact_canon], semantic_sim, np.bincount(final, minlength=n)[final]
+
+
+def annotate(table: DocTable, exact: ExactResult, fuzzy: FuzzyResult | None, out: OutputConfig,
+             semantic: SemanticResult | None = None, quality: QualityResult | None = None,
+             contamination: ContaminationResult | None = None) -> pa.Table:
+    """Annotation columns for every document of a table held in this process, in table order (``pa.Table``
+    with ANNOTATION_COLUMNS); a run's partitions compose the same way by row lookups
+    (``workflows.run``) and share ``annotation_columns``."""
+    n = table.n
+    exact_canon, fuzzy_canon, final, fuzzy_sim, semantic_sim, cluster_size = stage_canonicals(n, exact, fuzzy,
+                                                                                               semantic)
     ids = table.ids
     gates = Gates(quality.rule >= 0, quality.reasons, None) if quality is not None else None
     if contamination is not None:
@@ -51,8 +62,8 @@ def annotate(table: DocTable, exact: ExactResult, fuzzy: FuzzyResult | None, out
         gates = gates or Gates(np.zeros(n, bool), None, None)
         gates.contamination = (c.contaminated, c.label, c.stripped, c.drop, c.drop_reason)
     return annotation_columns(
-        rows, exact_canon, fuzzy_canon, final, ids, ids[exact_canon], ids[fuzzy_canon], ids[final],
-        fuzzy_sim[exact_canon], semantic_sim, np.bincount(final, minlength=n)[final], gates, out,
+        np.arange(n, dtype=np.int64), exact_canon, fuzzy_canon, final, ids, ids[exact_canon], ids[fuzzy_canon],
+        ids[final], fuzzy_sim, semantic_sim, cluster_size, gates, out,
         table.int_ids if table.int_ids is not None else ids.dtype.kind == "i",
         fuzzy.score_kind if fuzzy is not None else "jaccard")
 

@@ -40,8 +40,7 @@ def stored_bucket_pairs(index: SortedRuns, keys: np.ndarray, items: np.ndarray, 
     distinct, new_start = np.unique(keys, return_index=True)
     new_offsets = np.r_[new_start, len(keys)].astype(np.int64)
     n_new = np.diff(new_offsets)
-    ranges = [(index.positions(run, distinct, "left"), index.positions(run, distinct, "right"))
-              for run in index.runs]
+    ranges = [index.bounds(run, distinct) for run in index.runs]
     old_count = sum((hi - lo for lo, hi in ranges), np.zeros(len(distinct), np.int64))
     whole = old_count + n_new <= max_bucket
     # per run: the entries to read of each key (all, or a head); the runs are oldest first, so their

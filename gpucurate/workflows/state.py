@@ -1,36 +1,43 @@
-"""The persisted state of incremental ingestion: a directory that only ever changes by whole batches.
+"""The persisted state of incremental ingestion: a directory that only ever changes by whole batches, read
+by key and by row, never loaded whole.
 
 Layout::
 
     STATE/
-      LOCK                      held (flock) by the one ingest allowed at a time
-      MANIFEST.json             the commit point: config, the committed segments, the current registry
-      seg-000001/ ...           one immutable folder per committed batch:
-        documents.parquet         the batch's new documents (ids, timestamps, text hashes, gate results)
-        fuzzy.npz                 fuzzy items first seen in the batch (distinct normalized texts): their
-                                  text hash, LSH band keys, shingle sets (CSR), SimHashes or signatures
-        fuzzy_edges.npz           candidate pairs of items verified in the batch, with their scores
-        semantic.npz              texts embedded in the batch (hash, vector); texts never to embed
-        semantic_edges.npz        pairs of embedded texts with cosine >= the threshold found in the batch
-        chunks.npz, chunk_edges.npz  the same for the chunks of canonical documents (RAG sink)
-      registry-000001.parquet   every document's current annotation (canonical, stage, similarity, ...)
+      LOCK                  held (flock) by the one ingest allowed at a time
+      MANIFEST.json         the commit point: config, counters, the segments, and the runs of every index
+      seg-000001/ ...       one immutable folder per committed batch:
+        documents.rows        the batch's new documents, rows ``first_row ..`` (``DOC_RECORD``)
+        ids.offsets/.values   their ids (UTF-8)
+        strings.parquet       contamination labels and reasons of its contaminated documents
+        items.rows            fuzzy items (distinct texts) first seen in the batch (``item_record``)
+        sets.offsets/.values  their shingle sets
+        vectors.rows          texts embedded in the batch (``vector_record``)
+        index/NAME.keys/.fence/.values  this batch's run of each index (``INDEXES``), and runs merged at its
+                              commit
+        *.npz                 the RAG sink's chunk index pieces
 
-A batch is committed by writing its segment under a temporary name, renaming it, writing the new
-registry, and finally replacing ``MANIFEST.json`` (an atomic rename). A crash before that last rename
-leaves the old manifest, which does not list the new segment: the state is exactly as before the
-batch, and the leftovers are removed by the next ingest. Segments are never modified, so a committed
-state is never partially rewritten.
+The indexes (``io.sorted_runs``, key -> value): ``ids`` (hash of the document id -> row), ``texts`` (text hash
+-> row), ``items`` (text hash -> fuzzy item), ``bands`` (LSH band key -> item), ``edges`` (item -> verified
+neighbour and score), ``vectors`` (text hash -> embedded text, -1: not embeddable), ``vector_edges`` (the same
+for cosine pairs), ``clusters`` (cluster -> row) and ``registry`` (row -> what its annotation is made of,
+``REGISTRY_RECORD``; the newest entry wins). A cluster is a connected set of documents under every relation
+the stages know (same text, a fuzzy edge, a semantic edge); it is named by its smallest row. A batch
+reads the clusters it touches and writes them again, whole, so that each stays a closed set.
+
+A batch is committed by writing its segment under a temporary name (with the runs of any compaction),
+renaming it, and finally replacing ``MANIFEST.json`` (an atomic rename). A crash before that last rename
+leaves the old manifest, which does not list the new segment: the state is exactly as before the batch,
+and the leftovers are removed by the next ingest. Committed files are never modified; the files of runs
+that a compaction replaced are deleted after the manifest no longer names them.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
 import shutil
-import socket
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,11 +47,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import ConfigError, LockedError
+from ..io.locks import FileLock
 from ..engine.failpoints import failpoint
+from ..io.row_store import RowFile, read_lists, read_rows, write_lists, write_rows
+from ..io.sorted_runs import Run, SortedRuns, merge_runs, write_run
 
 log = logging.getLogger("gpucurate")
 
-FORMAT = 1
+FORMAT = 2
 MANIFEST = "MANIFEST.json"
 
 
@@ -70,43 +80,6 @@ def _write_bytes_durably(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
-class FileLock:
-    """Exclusive ``flock`` of the file ``path``, held by one process at a time; a second one fails at once
-    with ``error`` naming the holder (pid, host, start time, as the holder wrote them into the file).
-
-    The kernel releases the lock when the holder dies (even by SIGKILL), so a stale lock file never
-    blocks. The file itself stays: deleting it would let two processes lock two different inodes.
-    ``message`` is formatted with ``holder``.
-    """
-
-    def __init__(self, path: Path, message: str, error: type = LockedError, command: str = "gpucurate"):
-        self.path, self.message, self.error, self.command = Path(path), message, error, command
-        self.fh = None
-
-    def __enter__(self) -> "FileLock":
-        self.fh = open(self.path, "a+")
-        try:
-            fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.fh.seek(0)
-            holder = self.fh.read().strip() or "another process"
-            self.fh.close()
-            self.fh = None
-            raise self.error(self.message.format(holder=holder)) from None
-        self.fh.seek(0)
-        self.fh.truncate()
-        self.fh.write(f"pid {os.getpid()} on {socket.gethostname()} since "
-                      f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}: {self.command}\n")
-        self.fh.flush()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.fh is not None:
-            fcntl.flock(self.fh, fcntl.LOCK_UN)
-            self.fh.close()
-            self.fh = None
-
-
 class StateLock(FileLock):
     """Exclusive lock of a state directory for one ingest; a second one fails at once with a clear error."""
 
@@ -120,11 +93,68 @@ class StateLock(FileLock):
         return super().__enter__()
 
 
+#: what the state keeps of each document, by row
+DOC_RECORD = np.dtype([("text_hash", np.uint64), ("timestamp", np.int64), ("nbytes", np.int64), ("words", np.int64),
+                       ("chars", np.int64), ("quality_value", np.float64), ("ingested_at", np.int64),
+                       ("batch", np.int64), ("quality_rule", np.int16), ("empty", np.bool_),
+                       ("contaminated", np.bool_), ("contamination_drop", np.bool_)])
+#: what a document's annotation is made of (``stages.annotate.annotation_columns``): its cluster, the rows of
+#: its exact canonical, of that one's fuzzy canonical and of the final canonical, the two similarities and
+#: the final cluster's size
+REGISTRY_RECORD = np.dtype([("cluster", np.int64), ("exact", np.int64), ("fuzzy", np.int64), ("final", np.int64),
+                            ("fuzzy_similarity", np.float64), ("semantic_similarity", np.float64),
+                            ("cluster_size", np.int64)])
+#: the columns of a state's registry (``State.registry``), besides the batch and the ingestion time
+REGISTRY_COLUMNS = ("doc_id", "dedup_id", "is_canonical", "keep", "drop_stage", "drop_reason", "similarity",
+                    "cluster_size", "weight", "exact_group", "fuzzy_group", "semantic_group", "contaminated",
+                    "contamination")
+EDGE = np.dtype([("other", np.int64), ("score", np.float64)])
+INDEXES = {"ids": np.dtype(np.int64), "texts": np.dtype(np.int64), "items": np.dtype(np.int64),
+           "bands": np.dtype(np.int64), "edges": EDGE, "vectors": np.dtype(np.int64), "vector_edges": EDGE,
+           "clusters": np.dtype(np.int64), "registry": REGISTRY_RECORD}
+#: indexes whose newer entries replace the older ones of a key (a compaction keeps only the newest)
+REPLACED = ("registry",)
+#: a batch's run is merged with the one before while that one holds at most this many times its entries:
+#: runs grow geometrically, so an index has O(log n) runs whatever the number of batches
+MERGE_RATIO = 4
+
+
+def item_record(method: str, signatures: int = 0) -> np.dtype:
+    """A fuzzy item's record: its text hash, and its SimHash or MinHash signature where the stage scores
+    with them (``fuzzy.method: simhash``, or ``fuzzy.verify: false``)."""
+    fields = [("hash", np.uint64)]
+    if method == "simhash":
+        fields.append(("simhash", np.uint64))
+    if signatures:
+        fields.append(("sig", np.uint32, (signatures,)))
+    return np.dtype(fields)
+
+
+def vector_record(dim: int) -> np.dtype:
+    return np.dtype([("hash", np.uint64), ("vector", np.float32, (dim,))])
+
+
+def id_keys(ids: np.ndarray) -> np.ndarray:
+    """uint64 key of each document id in the ``ids`` index: a hash of its text (1 and "1" are one id, as
+    when a state's integer ids meet string ones)."""
+    return pd.util.hash_array(np.array([str(x) for x in ids], dtype=object), categorize=False)
+
+
 @dataclass
 class Segment:
-    """A batch's new data, as written to (or read from) ``seg-NNNNNN/``."""
-    documents: pa.Table
-    arrays: dict = field(default_factory=dict)  # file stem -> {name: ndarray}
+    """What a batch adds: its new documents (rows ``first_row ..``), fuzzy items (``first_item ..``) and
+    embedded texts (``first_vector ..``), one run per index, and the RAG sink's pieces."""
+    first_row: int
+    documents: np.ndarray  # DOC_RECORD[k]
+    ids: np.ndarray  # [k] the new documents' ids
+    strings: pa.Table | None = None  # row, contamination, contamination_reason of contaminated new documents
+    first_item: int = 0
+    items: np.ndarray | None = None  # item_record[m]
+    sets: tuple | None = None  # (offsets int64[m + 1], values uint64)
+    first_vector: int = 0
+    vectors: np.ndarray | None = None  # vector_record[v]
+    runs: dict = field(default_factory=dict)  # index -> (keys uint64[e], values INDEXES[index][e])
+    arrays: dict = field(default_factory=dict)  # file stem -> {name: ndarray} (npz)
 
 
 class State:
@@ -136,14 +166,17 @@ class State:
         if path.is_file():
             self.manifest = json.loads(path.read_text(encoding="utf-8"))
             if self.manifest.get("format") != FORMAT:
-                raise ConfigError(f"{self.root}: state format {self.manifest.get('format')} is not {FORMAT}")
+                raise ConfigError(f"{self.root}: state format {self.manifest.get('format')} is not {FORMAT} (made by an "
+                                  "earlier gpucurate); build a new state from the same batches, or from a run "
+                                  "with ingest --from-run")
         else:
             if self.root.is_dir() and any(p.name not in ("LOCK",) and not p.name.endswith(".tmp")
-                                          and not p.name.startswith(("seg-", "registry-"))
-                                          for p in self.root.iterdir()):
+                                          and not p.name.startswith("seg-") for p in self.root.iterdir()):
                 raise ConfigError(f"{self.root}: not a gpucurate state (no {MANIFEST}) and not empty")
-            self.manifest = {"format": FORMAT, "config": None, "segments": [], "registry": None, "batches": [],
+            self.manifest = {"format": FORMAT, "config": None, "segments": [], "layout": {}, "batches": [],
+                             "rows": 0, "items": 0, "vectors": 0, "int_ids": True, "indexes": {},
                              "boilerplate_hashes": None}
+        self._indexes: dict[str, SortedRuns] = {}
 
     @property
     def empty(self) -> bool:
@@ -153,30 +186,72 @@ class State:
     def config(self) -> dict | None:
         return self.manifest["config"]
 
-    def remove_leftovers(self) -> list[str]:
-        """Delete what a crashed ingest left: segments and registries the manifest does not list."""
-        keep = set(self.manifest["segments"]) | {self.manifest["registry"], MANIFEST, "LOCK"}
-        removed = []
-        if not self.root.is_dir():
-            return removed
-        for p in sorted(self.root.iterdir()):
-            if p.name in keep:
-                continue
-            if p.name.startswith(("seg-", "registry-")) or p.name.endswith(".tmp"):
-                shutil.rmtree(p) if p.is_dir() else p.unlink()
-                removed.append(p.name)
-        if removed:
-            log.info("state: removed %d leftover(s) of an interrupted ingest: %s", len(removed), ", ".join(removed))
-        return removed
+    @property
+    def n_rows(self) -> int:
+        return self.manifest["rows"]
 
-    def documents(self) -> pa.Table | None:
-        """Every committed document, in ingestion order (the concatenated ``documents.parquet``)."""
-        tables = [pq.read_table(self.root / s / "documents.parquet") for s in self.manifest["segments"]]
-        if not tables:
-            return None
-        if len({t.schema.field("doc_id").type for t in tables}) > 1:  # int ids first, strings later: all strings
-            tables = [t.set_column(0, "doc_id", t.column("doc_id").cast(pa.string())) for t in tables]
-        return pa.concat_tables(tables, promote_options="permissive")
+    @property
+    def n_items(self) -> int:
+        return self.manifest["items"]
+
+    @property
+    def n_vectors(self) -> int:
+        return self.manifest["vectors"]
+
+    def index(self, name: str) -> SortedRuns:
+        if name not in self._indexes:
+            runs = [Run(self.root / path, count) for path, count in self.manifest["indexes"].get(name, [])]
+            self._indexes[name] = SortedRuns(runs, INDEXES[name])
+        return self._indexes[name]
+
+    def _files(self, kind: str, stem: str) -> list[RowFile]:
+        out = []
+        for seg in self.manifest["segments"]:
+            first, count = self.manifest["layout"][seg][kind]
+            if count:
+                out.append(RowFile(self.root / seg / stem, first, count))
+        return out
+
+    # ---- by row -------------------------------------------------------------------------------------
+
+    def records(self, rows: np.ndarray) -> np.ndarray:
+        """DOC_RECORD of each of ``rows``."""
+        return read_rows(self._files("rows", "documents"), DOC_RECORD, rows)
+
+    def doc_ids(self, rows: np.ndarray) -> np.ndarray:
+        """The ids of ``rows``: int64 while every id of the state is an integer, else str objects."""
+        offsets, data = read_lists(self._files("rows", "ids"), np.uint8, rows)
+        text = data.tobytes()
+        ids = [text[a:b].decode() for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+        return np.array(ids, dtype=np.int64) if self.manifest["int_ids"] else np.array(ids, dtype=object)
+
+    def doc_strings(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(contamination label, contamination reason)`` object[k] of ``rows`` (None where clean)."""
+        rows = np.asarray(rows, np.int64)
+        label, reason = np.full(len(rows), None, object), np.full(len(rows), None, object)
+        for seg in self.manifest["segments"]:
+            first, count = self.manifest["layout"][seg]["rows"]
+            path = self.root / seg / "strings.parquet"
+            inside = (rows >= first) & (rows < first + count)
+            if not inside.any() or not path.is_file():
+                continue
+            t = pq.read_table(path).to_pandas().set_index("row")
+            at = np.flatnonzero(inside)
+            pos = t.index.get_indexer(rows[at])
+            hit = pos >= 0
+            label[at[hit]] = t["contamination"].to_numpy(object)[pos[hit]]
+            reason[at[hit]] = t["contamination_reason"].to_numpy(object)[pos[hit]]
+        return label, reason
+
+    def item_records(self, items: np.ndarray, dtype: np.dtype) -> np.ndarray:
+        return read_rows(self._files("items", "items"), dtype, items)
+
+    def item_sets(self, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The shingle sets of ``items`` as CSR ``(offsets int64[k + 1], values uint64)``, in that order."""
+        return read_lists(self._files("items", "sets"), np.uint64, items)
+
+    def vector_files(self) -> list[RowFile]:
+        return self._files("vectors", "vectors")
 
     def arrays(self, stem: str) -> list[dict]:
         """``{name: ndarray}`` of ``seg-*/STEM.npz`` in segment order (empty dicts for segments without it)."""
@@ -190,14 +265,83 @@ class State:
                 out.append({})
         return out
 
-    def registry(self) -> pd.DataFrame | None:
-        if not self.manifest["registry"]:
-            return None
-        return pq.read_table(self.root / self.manifest["registry"]).to_pandas()
+    # ---- the annotations ----------------------------------------------------------------------------
 
-    def commit(self, segment: Segment, registry: pa.Table, batch: dict, config: dict,
-               boilerplate_hashes: list | None) -> str:
-        """Write the batch's segment and the new registry, then switch the manifest to them (atomic)."""
+    def annotations(self, rows: np.ndarray, cfg=None) -> pa.Table:
+        """The current annotation columns of ``rows`` (int64[k], committed), as ``run`` writes them."""
+        from ..config import load_config, flatten
+        from ..stages.annotate import Gates, annotation_columns
+        from ..stages.quality import QualityGate, QualityResult
+        cfg = cfg or load_config(None, flatten(self.config))
+        rows = np.asarray(rows, np.int64)
+        found, reg = self.index("registry").latest(rows)
+        if not found.all():
+            raise RuntimeError(f"row {int(rows[~found][0])} has no registry entry")  # a bug, not bad input
+        docs = self.records(rows)
+        canon = np.concatenate([reg["exact"], reg["fuzzy"], reg["final"]])
+        distinct, inverse = np.unique(np.concatenate([rows, canon]), return_inverse=True)
+        ids = self.doc_ids(distinct)[inverse]
+        k = len(rows)
+        gates = None
+        if cfg.quality.enabled:
+            result = QualityResult(docs["quality_rule"], docs["quality_value"], QualityGate(cfg.quality).limits())
+            gates = Gates(result.failed, result.reasons, None)
+        if docs["contaminated"].any():
+            label, reason = self.doc_strings(rows)
+            gates = gates or Gates(np.zeros(k, bool), None, None)
+            gates.contamination = (docs["contaminated"], label, np.full(k, None, object), docs["contamination_drop"],
+                                   reason)
+        method = cfg.fuzzy.method
+        kind = "simhash" if method == "simhash" else "jaccard" if cfg.fuzzy.verify else "minhash"
+        return annotation_columns(rows, reg["exact"], reg["fuzzy"], reg["final"], ids[:k], ids[k:2 * k],
+                                  ids[2 * k:3 * k], ids[3 * k:], reg["fuzzy_similarity"], reg["semantic_similarity"],
+                                  reg["cluster_size"], gates, cfg.output, self.manifest["int_ids"], kind)
+
+    def registry(self) -> pd.DataFrame | None:
+        """Every document's annotation (REGISTRY_COLUMNS of ``workflows.ingest``), with its batch and
+        ingestion time, in row order; None for an empty state. Reads the whole state: for export and tests."""
+        if self.empty:
+            return None
+        rows = np.arange(self.n_rows, dtype=np.int64)
+        t = self.annotations(rows).select(list(REGISTRY_COLUMNS)).to_pandas()
+        docs = self.records(rows)
+        t["batch"] = docs["batch"]
+        t["ingested_at"] = pd.to_datetime(docs["ingested_at"], utc=True)
+        return t
+
+    # ---- leftovers and commit -----------------------------------------------------------------------
+
+    def _run_paths(self) -> set[Path]:
+        return {self.root / path for runs in self.manifest["indexes"].values() for path, _ in runs}
+
+    def remove_leftovers(self) -> list[str]:
+        """Delete what a crashed ingest left: segments the manifest does not list, temporary files, and
+        the runs of listed segments that no index names any more (replaced by a compaction)."""
+        keep = set(self.manifest["segments"]) | {MANIFEST, "LOCK"}
+        removed = []
+        if not self.root.is_dir():
+            return removed
+        for p in sorted(self.root.iterdir()):
+            if p.name in keep:
+                continue
+            if p.name.startswith("seg-") or p.name.endswith(".tmp"):
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+                removed.append(p.name)
+        named = self._run_paths()
+        for seg in self.manifest["segments"]:
+            for keys in sorted((self.root / seg / "index").glob("*.keys")):
+                stem = keys.with_suffix("")
+                if stem not in named:
+                    for suffix in ("keys", "fence", "values"):
+                        stem.with_name(f"{stem.name}.{suffix}").unlink(missing_ok=True)
+                    removed.append(f"{seg}/index/{stem.name}")
+        if removed:
+            log.info("state: removed %d leftover(s) of an interrupted ingest: %s", len(removed), ", ".join(removed))
+        return removed
+
+    def commit(self, segment: Segment, batch: dict, config: dict, boilerplate_hashes: list | None,
+               semantic_model: dict | None, int_ids: bool) -> str:
+        """Write the batch's segment (with the runs of any compaction), then switch the manifest to it."""
         self.root.mkdir(parents=True, exist_ok=True)
         number = len(self.manifest["segments"]) + 1
         name = f"seg-{number:06d}"
@@ -205,28 +349,68 @@ class State:
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir()
-        pq.write_table(segment.documents, tmp / "documents.parquet")
+        k = len(segment.documents)
+        write_rows(tmp / "documents", segment.first_row, segment.documents)
+        encoded = [str(x).encode() for x in segment.ids]
+        offsets = np.zeros(k + 1, np.int64)
+        np.cumsum([len(e) for e in encoded], out=offsets[1:])
+        write_lists(tmp / "ids", segment.first_row, offsets, np.frombuffer(b"".join(encoded), np.uint8))
+        if segment.strings is not None and segment.strings.num_rows:
+            pq.write_table(segment.strings, tmp / "strings.parquet")
+        n_items = 0 if segment.items is None else len(segment.items)
+        if n_items:
+            write_rows(tmp / "items", segment.first_item, segment.items)
+            write_lists(tmp / "sets", segment.first_item, *segment.sets)
+        n_vectors = 0 if segment.vectors is None else len(segment.vectors)
+        if n_vectors:
+            write_rows(tmp / "vectors", segment.first_vector, segment.vectors)
         for stem, arrays in segment.arrays.items():
             with open(tmp / f"{stem}.npz", "wb") as fh:
                 np.savez(fh, **arrays)
-        for f in tmp.iterdir():
-            with open(f, "rb") as fh:
+                fh.flush()
                 os.fsync(fh.fileno())
+        indexes = {n: list(runs) for n, runs in self.manifest["indexes"].items()}
+        kept: set[Path] = set()
+        for index, (keys, values) in segment.runs.items():
+            if not len(keys):
+                continue
+            runs = [Run(self.root / p, c) for p, c in indexes.get(index, [])]
+            (tmp / "index").mkdir(exist_ok=True)
+            runs.append(write_run(tmp / "index" / index, keys, values))
+            merged = 0
+            while len(runs) > 1 and runs[-2].count <= MERGE_RATIO * runs[-1].count:
+                merged += 1
+                failpoint("compacting")
+                runs[-2:] = [merge_runs(runs[-2:], INDEXES[index], tmp / "index" / f"{index}-merged{merged}",
+                                        latest=index in REPLACED)]
+            indexes[index] = [[str(r.path.relative_to(self.root)).replace(tmp.name, name, 1), r.count] for r in runs]
+            kept.update(r.path for r in runs)
+        for keys in sorted((tmp / "index").glob("*.keys")):  # this batch's runs that a merge took in
+            if keys.with_suffix("") not in kept:
+                for suffix in ("keys", "fence", "values"):
+                    keys.with_suffix(f".{suffix}").unlink()
+        if (tmp / "index").is_dir():
+            _fsync_dir(tmp / "index")
+        _fsync_dir(tmp)
         failpoint("segment-written")
         tmp.rename(self.root / name)
-        registry_name = f"registry-{number:06d}.parquet"
-        pq.write_table(registry, self.root / registry_name)
-        with open(self.root / registry_name, "rb") as fh:
-            os.fsync(fh.fileno())
         _fsync_dir(self.root)
         failpoint("before-manifest")
-        old_registry = self.manifest["registry"]
-        manifest = dict(self.manifest, config=config, segments=self.manifest["segments"] + [name],
-                        registry=registry_name, batches=self.manifest["batches"] + [dict(batch, segment=name)],
-                        boilerplate_hashes=boilerplate_hashes)
+        layout = dict(self.manifest["layout"], **{name: {"rows": [segment.first_row, k],
+                                                         "items": [segment.first_item, n_items],
+                                                         "vectors": [segment.first_vector, n_vectors]}})
+        manifest = dict(self.manifest, config=config, segments=self.manifest["segments"] + [name], layout=layout,
+                        batches=self.manifest["batches"] + [dict(batch, segment=name)],
+                        rows=segment.first_row + k, items=segment.first_item + n_items,
+                        vectors=segment.first_vector + n_vectors, int_ids=int_ids, indexes=indexes,
+                        boilerplate_hashes=boilerplate_hashes,
+                        semantic_model=semantic_model or self.manifest.get("semantic_model"))
+        before = self._run_paths()
         _write_bytes_durably(self.root / MANIFEST, json.dumps(manifest, indent=1).encode())
         self.manifest = manifest
+        self._indexes = {}
         failpoint("after-manifest")
-        if old_registry and (self.root / old_registry).exists():
-            (self.root / old_registry).unlink()
+        for stem in before - self._run_paths():  # merged into a newer run
+            for suffix in ("keys", "fence", "values"):
+                stem.with_name(f"{stem.name}.{suffix}").unlink(missing_ok=True)
         return name
