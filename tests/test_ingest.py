@@ -56,11 +56,14 @@ def test_batches_give_the_clusters_of_one_run(tmp_path, batches, extra):
     assert summaries[2]["state_canonicals"] == full["documents_kept"]
 
 
-def test_many_batches_through_compactions_give_one_runs_clusters(tmp_path, demo_frame, monkeypatch):
-    """Batches of uneven sizes: the indexes span several segments and merged runs (a small merge range, so
-    merges cut keys into many ranges), and the state still gives the annotations of one run."""
+@pytest.mark.parametrize("bloom_bits", [10, 1])
+def test_many_batches_through_compactions_give_one_runs_clusters(tmp_path, demo_frame, monkeypatch, bloom_bits):
+    """Batches of uneven sizes: the indexes span several segments and merged runs (small blocks, so merges
+    cut keys into many ranges), and the state still gives the annotations of one run; so it does with
+    Bloom filters of one bit per entry, which let most absent keys through."""
     from gpucurate.io import sorted_runs
     monkeypatch.setattr(sorted_runs, "BLOCK", 8)
+    monkeypatch.setattr(sorted_runs, "BLOOM_BITS", bloom_bits)
     cuts = [0, 40, 90, 400, 410, 700, 1000, 1010, 1500]
     files = [str(write_jsonl(tmp_path / f"b{k}.jsonl", demo_frame.iloc[a:b].to_dict(orient="records")))
              for k, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]

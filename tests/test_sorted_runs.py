@@ -118,3 +118,25 @@ def test_stored_bucket_pairs_are_a_full_runs_pairs_with_a_new_item(tmp_path, max
         runs.append(write_run(tmp_path / f"bands{batch}", keys, items))
         if batch == 3:  # a compaction in between changes nothing
             runs = [merge_runs(runs, ITEM, tmp_path / "merged")]
+
+
+@pytest.mark.parametrize("bits", [10, 1, 0])
+def test_bloom_filters_skip_absent_keys_and_never_hide_present_ones(tmp_path, monkeypatch, bits):
+    """Each run's Bloom filter: no key of the run is ever ruled out, about 1% of absent keys pass at 10 bits
+    per entry, and a filter so small that most absent keys pass (or none) changes no answer."""
+    monkeypatch.setattr(sorted_runs, "BLOOM_BITS", bits)
+    rng = np.random.default_rng(bits)
+    keys = rng.integers(0, 2**63, 20000).astype(np.uint64)
+    run = write_run(tmp_path / "r", keys, np.arange(len(keys), dtype=np.int64))
+    index = SortedRuns([run], np.int64)
+    assert run.file("bloom").is_file() == (bits > 0)
+    assert index.maybe(run, np.sort(keys)).all()
+    absent = np.sort(rng.integers(0, 2**63, 20000).astype(np.uint64))
+    passed = index.maybe(run, absent).mean()
+    if bits == 10:
+        assert passed < 0.03
+    asked = np.concatenate([keys[:500], absent[:500]])
+    which, _, values = index.find(asked)
+    assert sorted(which.tolist()) == list(range(500)) and np.array_equal(np.sort(values), np.arange(500))
+    lo, hi = index.bounds(run, np.sort(asked), present=True)
+    assert int((hi - lo).sum()) == 500

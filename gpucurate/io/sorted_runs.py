@@ -6,11 +6,12 @@ kept in the order they were written:
     NAME.keys    uint64[n] raw (native byte order)
     NAME.fence   uint64[ceil(n / BLOCK)]: the first key of every block of ``BLOCK`` entries
     NAME.values  the values, raw fixed-width records of the index's dtype
+    NAME.bloom   a blocked Bloom filter of the keys (``kernels.bloom``, ``BLOOM_BITS`` per entry)
 
 An index is a list of runs, oldest first (the state's manifest names them). A lookup reads each run's
 fence, then only the blocks of keys that can hold the keys asked for (neighbouring blocks in one read),
 then only the values of the entries found. What it holds and reads grows with the keys asked and the
-entries found, not with the index. New entries are a new run; ``merge_runs`` merges runs into one, a key
+entries found, not with the index; and a key the run's Bloom filter rules out costs one 64-byte read. New entries are a new run; ``merge_runs`` merges runs into one, a key
 range at a time, so that lookups open few runs whatever the number of batches (an LSM tree's compaction).
 """
 
@@ -22,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..kernels.bloom import BLOCK_WORDS, bloom_add, bloom_blocks, bloom_check
+
 #: entries a fence key stands for: a lookup reads at least one block (2 KB of keys) per run and key (part of
 #: the files' format: a state written with another value would be misread)
 BLOCK = 256
@@ -30,6 +33,12 @@ BLOCK = 256
 GAP_BLOCKS = 4
 #: entries a merge holds at once (per key range), about 16 MB of keys and values
 MERGE_ENTRIES = 1 << 20
+#: bits of a run's Bloom filter per entry (about 1% of absent keys pass); 0: no filter
+BLOOM_BITS = 10
+
+
+#: the files of a run (suffixes)
+RUN_FILES = ("keys", "fence", "values", "bloom")
 
 
 @dataclass(frozen=True)
@@ -63,7 +72,18 @@ class _RunWriter:
             fh.flush()
             os.fsync(fh.fileno())
             fh.close()
-        return Run(self.path, self.count)
+        run = Run(self.path, self.count)
+        if BLOOM_BITS and self.count:  # its bits: the filter, 1/50 of the keys' bytes at 10 bits per entry
+            n_blocks = max(1, -(-self.count * BLOOM_BITS // (64 * BLOCK_WORDS)))
+            words = np.zeros(n_blocks * BLOCK_WORDS, np.uint64)
+            for start in range(0, self.count, MERGE_ENTRIES):
+                bloom_add(words, _read(run.file("keys"), np.dtype(np.uint64), start,
+                                       min(self.count, start + MERGE_ENTRIES)), n_blocks)
+            with open(run.file("bloom"), "wb") as fh:
+                fh.write(words.tobytes())
+                fh.flush()
+                os.fsync(fh.fileno())
+        return run
 
 
 def write_run(path: Path, keys: np.ndarray, values: np.ndarray) -> Run:
@@ -142,12 +162,32 @@ class SortedRuns:
             self._fences[run.path] = np.fromfile(run.file("fence"), np.uint64)
         return self._fences[run.path]
 
-    def bounds(self, run: Run, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def maybe(self, run: Run, keys: np.ndarray) -> np.ndarray:
+        """bool[k]: the keys the run's Bloom filter lets through (all, without a filter)."""
+        path = run.file("bloom")
+        if not len(keys) or not path.is_file():
+            return np.ones(len(keys), bool)
+        n_blocks = path.stat().st_size // (8 * BLOCK_WORDS)
+        block = bloom_blocks(keys, n_blocks)
+        touched = np.unique(block)
+        words = read_ranges(path, np.dtype(np.uint64), touched * BLOCK_WORDS, (touched + 1) * BLOCK_WORDS,
+                            gap=GAP_BLOCKS * BLOCK_WORDS)
+        return bloom_check(words, np.searchsorted(touched, block), keys)
+
+    def bounds(self, run: Run, keys: np.ndarray, present: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """``(lo, hi)`` int64[k]: where the entries of each of ``keys`` (uint64[k], ascending) lie in ``run``
-        (``np.searchsorted`` left and right of its keys), reading only the blocks of keys that hold them."""
+        (``np.searchsorted`` left and right of its keys), reading only the blocks of keys that hold them.
+        ``present``: only the keys in the run matter (an absent key gets an empty range anywhere), so the
+        keys the Bloom filter rules out are not looked for."""
         keys = np.asarray(keys, np.uint64)
         if not run.count or not len(keys):
             return np.zeros(len(keys), np.int64), np.zeros(len(keys), np.int64)
+        if present:
+            lo, hi = np.zeros(len(keys), np.int64), np.zeros(len(keys), np.int64)
+            maybe = self.maybe(run, keys)
+            if maybe.any():
+                lo[maybe], hi[maybe] = self.bounds(run, keys[maybe])
+            return lo, hi
         fence = self._fence(run)
         # an answer lies in the block whose first key is the last one before (left) or at (right) the key,
         # or at that block's end
@@ -182,7 +222,7 @@ class SortedRuns:
             raise ValueError("find: the keys must be distinct")
         found_key, found_run, found_values = [], [], []
         for r, run in enumerate(self.runs):
-            lo, hi = self.bounds(run, distinct)
+            lo, hi = self.bounds(run, distinct, present=True)
             hit = hi > lo
             if not hit.any():
                 continue

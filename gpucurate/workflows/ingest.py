@@ -200,6 +200,7 @@ class FreshItems:
     edge_j: np.ndarray
     edge_score: np.ndarray  # float64[e]
     candidates: int  # candidate pairs verified
+    buckets: tuple = ()  # (keys uint64, items int64): their LSH bucket entries (``bucket_entries``)
 
     def item_of(self, hashes: np.ndarray) -> np.ndarray:
         pos = index_of(self.hashes, hashes)
@@ -254,7 +255,7 @@ def fresh_items(state: State, stage: FuzzyDedup, cfg: Config, prep, batch_table:
     order = np.argsort(batch_rows, kind="stable")
     fresh = FreshItems(state.n_items, hashes[order], sk, np.empty(0, np.int64), np.empty(0, np.int64),
                        np.empty(0, np.float64), 0)
-    keys, items = bucket_entries(sk.keys, fresh.first, np.diff(sk.csr_offsets) > 0)
+    fresh.buckets = keys, items = bucket_entries(sk.keys, fresh.first, np.diff(sk.csr_offsets) > 0)
     pi, pj = stored_bucket_pairs(state.index("bands"), keys, items, cfg.fuzzy.max_bucket_size,
                                  cfg.fuzzy.bucket_anchors)
     involved = np.unique(np.concatenate([pi, pj]))
@@ -683,7 +684,7 @@ def _segment(state: State, cfg: Config, closure: Closure, grouped: Grouped, fres
             records["sig"] = sk.sigs
         seg.items, seg.sets = records, (sk.csr_offsets, sk.csr_values)
         seg.runs["items"] = (fresh.hashes, fresh.first + np.arange(len(fresh.hashes), dtype=np.int64))
-        seg.runs["bands"] = bucket_entries(sk.keys, fresh.first, np.diff(sk.csr_offsets) > 0)
+        seg.runs["bands"] = fresh.buckets
         seg.runs["edges"] = _both_ways(fresh.edge_i, fresh.edge_j, fresh.edge_score)
     if vectors is not None:
         v = len(vectors.hashes)

@@ -24,7 +24,7 @@ def bucket_entries(new_keys: np.ndarray, first_new: int, with_shingles: np.ndarr
     rows = np.flatnonzero(with_shingles)
     keys = np.ascontiguousarray(new_keys[rows]).ravel()
     items = np.repeat(first_new + rows.astype(np.int64), new_keys.shape[1])
-    order = np.lexsort((items, keys))
+    order = np.argsort(keys, kind="stable")  # items are ascending: equal keys keep them so
     return keys[order], items[order]
 
 
@@ -40,7 +40,7 @@ def stored_bucket_pairs(index: SortedRuns, keys: np.ndarray, items: np.ndarray, 
     distinct, new_start = np.unique(keys, return_index=True)
     new_offsets = np.r_[new_start, len(keys)].astype(np.int64)
     n_new = np.diff(new_offsets)
-    ranges = [index.bounds(run, distinct) for run in index.runs]
+    ranges = [index.bounds(run, distinct, present=True) for run in index.runs]
     old_count = sum((hi - lo for lo, hi in ranges), np.zeros(len(distinct), np.int64))
     whole = old_count + n_new <= max_bucket
     # per run: the entries to read of each key (all, or a head); the runs are oldest first, so their

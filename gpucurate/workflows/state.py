@@ -50,7 +50,7 @@ from ..errors import ConfigError, LockedError
 from ..io.locks import FileLock
 from ..engine.failpoints import failpoint
 from ..io.row_store import RowFile, read_lists, read_rows, write_lists, write_rows
-from ..io.sorted_runs import Run, SortedRuns, merge_runs, write_run
+from ..io.sorted_runs import RUN_FILES, Run, SortedRuns, merge_runs, write_run
 
 log = logging.getLogger("gpucurate")
 
@@ -332,7 +332,7 @@ class State:
             for keys in sorted((self.root / seg / "index").glob("*.keys")):
                 stem = keys.with_suffix("")
                 if stem not in named:
-                    for suffix in ("keys", "fence", "values"):
+                    for suffix in RUN_FILES:
                         stem.with_name(f"{stem.name}.{suffix}").unlink(missing_ok=True)
                     removed.append(f"{seg}/index/{stem.name}")
         if removed:
@@ -387,8 +387,8 @@ class State:
             kept.update(r.path for r in runs)
         for keys in sorted((tmp / "index").glob("*.keys")):  # this batch's runs that a merge took in
             if keys.with_suffix("") not in kept:
-                for suffix in ("keys", "fence", "values"):
-                    keys.with_suffix(f".{suffix}").unlink()
+                for suffix in RUN_FILES:
+                    keys.with_suffix(f".{suffix}").unlink(missing_ok=True)
         if (tmp / "index").is_dir():
             _fsync_dir(tmp / "index")
         _fsync_dir(tmp)
@@ -411,6 +411,6 @@ class State:
         self._indexes = {}
         failpoint("after-manifest")
         for stem in before - self._run_paths():  # merged into a newer run
-            for suffix in ("keys", "fence", "values"):
+            for suffix in RUN_FILES:
                 stem.with_name(f"{stem.name}.{suffix}").unlink(missing_ok=True)
         return name
