@@ -64,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--input", "-i", nargs="+", required=True, metavar="PATH",
                      help="JSON Lines (.jsonl, .jsonl.gz, .jsonl.zst) or Parquet files, globs or directories")
     run.add_argument("--output", "-o", required=True, metavar="DIR", help="output directory")
+    run.add_argument("--reference", metavar="STATE", help="deduplicate against this ingest state without adding "
+                     "to it: inputs that match a stored document become its aliases; the state is not changed")
     _add_run_options(run)
 
     demo = sub.add_parser("demo", help="generate a multilingual sample corpus and deduplicate it")
@@ -312,10 +314,10 @@ def run_search(args) -> int:
 
 
 
-def print_ingest(summary: dict, state: str) -> None:
+def print_ingest(summary: dict, state: str, title: str | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
-    t = Table(title=f"ingest batch {summary['batch']} into {state}")
+    t = Table(title=title or f"ingest batch {summary['batch']} into {state}")
     t.add_column("", justify="left")
     t.add_column("documents", justify="right")
     rows = [("in", "documents_in"), ("already in the state", "already_present"), ("new canonicals", "new_canonicals"),
@@ -419,6 +421,14 @@ def _main(args) -> int:
             summary = run(files, out / "result", config=args.config, overrides=overrides)
             if not args.quiet:
                 print_summary(summary, str(out / "result"))
+            return 0
+        if args.reference:
+            from .workflows.ingest import reference
+            summary = reference(args.input, args.reference, args.output, config=args.config,
+                                overrides=_overrides(args))
+            if not args.quiet:
+                print_ingest(summary, args.reference, f"{', '.join(args.input)} against {args.reference} "
+                             "(not changed)")
             return 0
         summary = run(args.input, args.output, config=args.config, overrides=_overrides(args))
         if not args.quiet:

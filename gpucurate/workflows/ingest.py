@@ -47,7 +47,9 @@ from ..stages.quality import QualityResult
 from ..stages.semantic import SemanticDedup, SemanticResult, keep_priority, keep_rule, semantic_enabled
 from ..engine.failpoints import failpoint
 from .lsh_index import bucket_entries, stored_bucket_pairs
-from .state import (DOC_RECORD, EDGE, REGISTRY_RECORD, Segment, State, StateLock, id_keys,
+from . import vector_index
+from .vector_index import fit_centroids, search, stored_cells
+from .state import (DOC_RECORD, EDGE, MANIFEST, REGISTRY_RECORD, Segment, State, StateLock, id_keys,
                     item_record, vector_record)
 from ..stages.table import DocTable, canonicals, split_rows
 
@@ -59,8 +61,6 @@ FIXED_KEYS = ("normalize.", "quality.", "exact.", "fuzzy.", "canonical.", "chunk
               "semantic.model", "semantic.threshold", "semantic.min_chars", "semantic.max_tokens",
               "semantic.max_unknown_fraction", "semantic.max_tokens_per_word", "semantic.keep", "semantic.dtype")
 
-#: stored embeddings a semantic search holds at once (a chunk of a batch file)
-VECTOR_CHUNK = 65536
 
 
 def resolve_ingest_config(state: State, config, overrides) -> Config:
@@ -154,6 +154,19 @@ class Closure:
         return self.rows < self.n_old
 
 
+class _StateFirst(DocTable):
+    """A closure's table whose committed documents win every canonical choice over the new ones
+    (``run --reference``): the policy orders each group apart, committed first."""
+
+    committed: np.ndarray | None = None
+
+    def policy_key(self, policy: str) -> np.ndarray:
+        key = super().policy_key(policy)
+        rank = np.empty(len(key), np.int64)
+        rank[np.lexsort((np.arange(len(key)), key))] = np.arange(len(key))
+        return np.where(self.committed, rank, rank + len(key))
+
+
 def clusters_of(state: State, rows: np.ndarray) -> np.ndarray:
     """Every committed row of the clusters of ``rows`` (committed), ascending."""
     if not len(rows):
@@ -167,8 +180,9 @@ def clusters_of(state: State, rows: np.ndarray) -> np.ndarray:
 
 def build_closure(state: State, old_rows: np.ndarray, batch_docs: np.ndarray, new_batch_rows: np.ndarray,
                   batch_ids: np.ndarray, batch_label: np.ndarray, batch_reason: np.ndarray,
-                  int_ids: bool) -> Closure:
-    """The closure of the committed ``old_rows`` (whole clusters, ascending) and the batch's new documents."""
+                  int_ids: bool, state_first: bool = False) -> Closure:
+    """The closure of the committed ``old_rows`` (whole clusters, ascending) and the batch's new documents;
+    ``state_first``: the committed documents win every canonical choice."""
     n_old = state.n_rows
     k = len(new_batch_rows)
     rows = np.concatenate([old_rows, n_old + np.arange(k, dtype=np.int64)])
@@ -181,7 +195,10 @@ def build_closure(state: State, old_rows: np.ndarray, batch_docs: np.ndarray, ne
     label = np.concatenate([label, batch_label[new_batch_rows]])
     reason = np.concatenate([reason, batch_reason[new_batch_rows]])
     c = len(rows)
-    table = DocTable(rows, ids, docs["timestamp"], docs["nbytes"], np.array([0, c], np.int64), int_ids=int_ids)
+    table = (_StateFirst if state_first else DocTable)(rows, ids, docs["timestamp"], docs["nbytes"],
+                                                       np.array([0, c], np.int64), int_ids=int_ids)
+    if state_first:
+        table.committed = rows < n_old
     previous = state.index("registry").latest(old_rows)[1] if len(old_rows) else np.empty(0, REGISTRY_RECORD)
     return Closure(rows, docs, table, label, reason, previous, n_old)
 
@@ -400,12 +417,13 @@ class FreshVectors:
     edge_score: np.ndarray
     model: dict | None
     computed: int
+    centroids: np.ndarray | None = None  # float32[k, dim] fit by this batch (the state's first)
+    cells: tuple | None = None  # (cell uint64, item int64) entries of the ``cells`` index to add
 
 
 def fresh_vectors(state: State, cfg: Config, backend, executor: Executor, prep, batch_table: DocTable,
                   batch_hashes: np.ndarray, batch_rows_to_embed: np.ndarray, state_rows: np.ndarray) -> FreshVectors:
-    """Embed the batch rows ``batch_rows_to_embed`` and search the stored embeddings exhaustively, a file
-    at a time (what is held is the batch's vectors and one chunk of stored ones)."""
+    """Embed the batch rows ``batch_rows_to_embed`` and search the stored embeddings (``vector_index``)."""
     stage = SemanticDedup(cfg.semantic, cfg.canonical.policy, backend, cfg.run.progress)
     model = state.manifest.get("semantic_model")
     first = state.n_vectors
@@ -422,25 +440,19 @@ def fresh_vectors(state: State, cfg: Config, backend, executor: Executor, prep, 
                           "with (model, weights or dtype); start a new state for another model")
     hashes = batch_hashes[emb.rows]
     x = emb.embeddings
-    threshold = cfg.semantic.threshold
-    a, b, s = [], [], []
-    for f in state.vector_files():  # every stored embedding against the new ones, a chunk at a time
-        for start in range(0, f.count, VECTOR_CHUNK):
-            stop = min(f.count, start + VECTOR_CHUNK)
-            chunk = read_rows([f], vector_record(x.shape[1]), f.first + np.arange(start, stop))["vector"]
-            pa_, pb, ps = backend.semantic.later_pairs(np.concatenate([chunk, x]), len(chunk), threshold,
-                                                       stage.device)
-            old = pa_ < len(chunk)
-            a.append(f.first + start + pa_[old])
-            b.append(first + pb[old] - len(chunk))
-            s.append(ps[old])
-    pa_, pb, ps = backend.semantic.later_pairs(x, 0, threshold, stage.device)
-    a.append(first + pa_)
-    b.append(first + pb)
-    s.append(ps)
-    return FreshVectors(first, hashes, x, state_rows[emb.rows], np.setdiff1d(batch_hashes[batch_rows_to_embed], hashes),
-                        np.concatenate(a), np.concatenate(b), np.concatenate(s).astype(np.float64), emb.model,
-                        emb.stats["embeddings_computed"])
+    centroids = state.centroids()
+    a, b, score = search(state, x, first, cfg.semantic.threshold, backend, stage.device, centroids)
+    fresh = FreshVectors(first, hashes, x, state_rows[emb.rows], np.setdiff1d(batch_hashes[batch_rows_to_embed], hashes),
+                         a, b, score, emb.model, emb.stats["embeddings_computed"])
+    if centroids is None and state.n_vectors + len(x) >= vector_index.IVF_MIN:  # from now on, search through cells
+        centroids = fresh.centroids = fit_centroids(state, x, backend, stage.device, cfg.semantic.seed)
+        fresh.cells = stored_cells(state, centroids, backend, stage.device)
+    if centroids is not None and len(x):
+        cells = backend.semantic.assign(x, centroids, 1, stage.device)[0][:, 0].astype(np.uint64)
+        items = first + np.arange(len(x), dtype=np.int64)
+        fresh.cells = (np.concatenate([fresh.cells[0], cells]), np.concatenate([fresh.cells[1], items])) \
+            if fresh.cells is not None else (cells, items)
+    return fresh
 
 
 def _vector_items(state: State, hashes: np.ndarray, vectors: FreshVectors) -> np.ndarray:
@@ -544,8 +556,10 @@ class Batch:
         return parts.take(pa.array(np.argsort(order)))
 
 
-def compute_batch(state: State, cfg: Config, inputs: list[str], executor: Executor, backend, timer) -> Batch:
-    """Read, gate and sketch the batch, and regroup the clusters it touches; nothing is written."""
+def compute_batch(state: State, cfg: Config, inputs: list[str], executor: Executor, backend, timer,
+                  state_first: bool = False) -> Batch:
+    """Read, gate and sketch the batch, and regroup the clusters it touches; nothing is written.
+    ``state_first``: committed documents win every canonical choice (``reference``)."""
     from .run import _locator, prepare
     report: dict = {}
     with timer("read+normalize"):
@@ -578,7 +592,7 @@ def compute_batch(state: State, cfg: Config, inputs: list[str], executor: Execut
     boilerplate = state.manifest.get("boilerplate_hashes")
 
     def rebuild(old_rows: np.ndarray) -> Closure:
-        return build_closure(state, old_rows, batch_docs, new_batch_rows, ids, label, reason, int_ids)
+        return build_closure(state, old_rows, batch_docs, new_batch_rows, ids, label, reason, int_ids, state_first)
 
     with timer("closure"):
         closure = rebuild(clusters_of(state, _linked_rows(state, new_hashes)))
@@ -696,6 +710,9 @@ def _segment(state: State, cfg: Config, closure: Closure, grouped: Grouped, fres
                                np.concatenate([vectors.first + np.arange(v, dtype=np.int64),
                                                np.full(len(vectors.skipped), -1, np.int64)]))
         seg.runs["vector_edges"] = _both_ways(vectors.edge_a, vectors.edge_b, vectors.edge_score)
+        if vectors.cells is not None:
+            seg.runs["cells"] = vectors.cells
+        seg.centroids = vectors.centroids
     # the closure's registry entries, and the members of clusters that are new or changed their name
     seg.runs["registry"] = (closure.rows.astype(np.uint64), grouped.registry)
     moved = np.ones(len(closure.rows), bool)
@@ -806,6 +823,43 @@ def ingest(inputs: list[str] | str, state_dir: str | os.PathLike, config: Config
                  summary["new_canonicals"], summary["new_aliases"], summary["embeddings_computed"],
                  summary["embeddings_saved"], summary["wall_time_s"])
         return summary
+
+
+def reference(inputs: list[str] | str, state_dir: str | os.PathLike, output: str | os.PathLike,
+              config: Config | str | None = None, overrides: list[str] | dict | None = None) -> dict:
+    """Deduplicate ``inputs`` against the committed state in ``state_dir`` without adding to it (``run
+    --reference``): a document that matches a stored one becomes its alias, and a stored document is never
+    an alias of an input one, whatever the canonical policy. Writes the inputs' annotated records, aliases
+    and summary to ``output`` (as ``ingest --output``); the state is read under its lock and not written.
+
+    Returns the batch summary (``state_documents`` and ``state_canonicals`` as if it had been committed)."""
+    from .run import Timer
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [str(inputs)]
+    inputs = [str(i) for i in inputs]
+    root = Path(state_dir)
+    if not (root / MANIFEST).is_file():
+        raise ConfigError(f"{root}: no ingest state to deduplicate against (no {MANIFEST})")
+    timer = Timer()
+    start = time.perf_counter()
+    with StateLock(root):
+        state = State(root)
+        cfg = resolve_ingest_config(state, config, overrides)
+        backend = select(cfg.run.backend)
+        with quiet_logs(), Executor(cfg.run.scheduler, cfg.run.workers, cfg.run.progress,
+                                    gpus=backend.name == "gpu", memory_limit=cfg.run.memory_limit,
+                                    partition_bytes=cfg.input.partition_bytes,
+                                    spill_dir=cfg.run.spill_dir or Path(output).resolve().parent) as executor:
+            batch = compute_batch(state, cfg, inputs, executor, backend, timer, state_first=True)
+            summary = batch_summary(batch, inputs, state)
+            with timer("output"):
+                _write_output(batch, Path(output), executor, state)
+    summary["timings_s"] = timer.times
+    summary["wall_time_s"] = round(time.perf_counter() - start, 4)
+    log.info("reference: %d documents in, %d already in the state, %d aliases of stored or earlier documents, "
+             "%d new canonicals (%.2f s)", summary["documents_in"], summary["already_present"],
+             summary["new_aliases"], summary["new_canonicals"], summary["wall_time_s"])
+    return summary
 
 
 def _count_sink_embeddings(summary: dict) -> None:

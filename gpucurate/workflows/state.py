@@ -20,10 +20,11 @@ Layout::
 The indexes (``io.sorted_runs``, key -> value): ``ids`` (hash of the document id -> row), ``texts`` (text hash
 -> row), ``items`` (text hash -> fuzzy item), ``bands`` (LSH band key -> item), ``edges`` (item -> verified
 neighbour and score), ``vectors`` (text hash -> embedded text, -1: not embeddable), ``vector_edges`` (the same
-for cosine pairs), ``clusters`` (cluster -> row) and ``registry`` (row -> what its annotation is made of,
-``REGISTRY_RECORD``; the newest entry wins). A cluster is a connected set of documents under every relation
-the stages know (same text, a fuzzy edge, a semantic edge); it is named by its smallest row. A batch
-reads the clusters it touches and writes them again, whole, so that each stays a closed set.
+for cosine pairs), ``cells`` (IVF cell -> embedded text, once there are many: ``vector_index``),
+``clusters`` (cluster -> row) and ``registry`` (row -> what its annotation is made of, ``REGISTRY_RECORD``;
+the newest entry wins). A cluster is a connected set of documents under every relation the stages know
+(same text, a fuzzy edge, a semantic edge); it is named by its smallest row. A batch reads the clusters it
+touches and writes them again, whole, so that each stays a closed set.
 
 A batch is committed by writing its segment under a temporary name (with the runs of any compaction),
 renaming it, and finally replacing ``MANIFEST.json`` (an atomic rename). A crash before that last rename
@@ -111,12 +112,13 @@ REGISTRY_COLUMNS = ("doc_id", "dedup_id", "is_canonical", "keep", "drop_stage", 
 EDGE = np.dtype([("other", np.int64), ("score", np.float64)])
 INDEXES = {"ids": np.dtype(np.int64), "texts": np.dtype(np.int64), "items": np.dtype(np.int64),
            "bands": np.dtype(np.int64), "edges": EDGE, "vectors": np.dtype(np.int64), "vector_edges": EDGE,
-           "clusters": np.dtype(np.int64), "registry": REGISTRY_RECORD}
+           "clusters": np.dtype(np.int64), "registry": REGISTRY_RECORD, "cells": np.dtype(np.int64)}
 #: indexes whose newer entries replace the older ones of a key (a compaction keeps only the newest)
 REPLACED = ("registry",)
 #: a batch's run is merged with the one before while that one holds at most this many times its entries:
-#: runs grow geometrically, so an index has O(log n) runs whatever the number of batches
-MERGE_RATIO = 4
+#: runs double in size like a binary counter, so an index has O(log n) runs whatever the number of
+#: batches, and an entry is rewritten O(log n) times
+MERGE_RATIO = 1
 
 
 def item_record(method: str, signatures: int = 0) -> np.dtype:
@@ -154,6 +156,7 @@ class Segment:
     first_vector: int = 0
     vectors: np.ndarray | None = None  # vector_record[v]
     runs: dict = field(default_factory=dict)  # index -> (keys uint64[e], values INDEXES[index][e])
+    centroids: np.ndarray | None = None  # float32[k, dim]: the embeddings' IVF cells, fit by this batch
     arrays: dict = field(default_factory=dict)  # file stem -> {name: ndarray} (npz)
 
 
@@ -252,6 +255,14 @@ class State:
 
     def vector_files(self) -> list[RowFile]:
         return self._files("vectors", "vectors")
+
+    def centroids(self) -> np.ndarray | None:
+        """float32[k, dim] centroids of the embeddings' cells, once a batch fit them (``vector_index``)."""
+        named = self.manifest.get("centroids")
+        if not named:
+            return None
+        path, k, dim = named
+        return np.fromfile(self.root / path, np.float32).reshape(k, dim)
 
     def arrays(self, stem: str) -> list[dict]:
         """``{name: ndarray}`` of ``seg-*/STEM.npz`` in segment order (empty dicts for segments without it)."""
@@ -364,6 +375,10 @@ class State:
         n_vectors = 0 if segment.vectors is None else len(segment.vectors)
         if n_vectors:
             write_rows(tmp / "vectors", segment.first_vector, segment.vectors)
+        centroids = self.manifest.get("centroids")
+        if segment.centroids is not None:
+            _write_bytes_durably(tmp / "centroids.f32", np.ascontiguousarray(segment.centroids, np.float32).tobytes())
+            centroids = [f"{name}/centroids.f32", *segment.centroids.shape]
         for stem, arrays in segment.arrays.items():
             with open(tmp / f"{stem}.npz", "wb") as fh:
                 np.savez(fh, **arrays)
@@ -403,6 +418,7 @@ class State:
                         batches=self.manifest["batches"] + [dict(batch, segment=name)],
                         rows=segment.first_row + k, items=segment.first_item + n_items,
                         vectors=segment.first_vector + n_vectors, int_ids=int_ids, indexes=indexes,
+                        centroids=centroids,
                         boilerplate_hashes=boilerplate_hashes,
                         semantic_model=semantic_model or self.manifest.get("semantic_model"))
         before = self._run_paths()
