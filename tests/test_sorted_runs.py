@@ -30,7 +30,8 @@ def _runs(tmp_path, rng, sizes, key_space):
 
 
 @pytest.mark.parametrize("key_space", [50, 10**6, 2**63])
-def test_find_and_positions_match_numpy(tmp_path, key_space):
+def test_find_and_positions_match_numpy(tmp_path, monkeypatch, key_space):
+    monkeypatch.setattr(sorted_runs, "LOOKUP_KEYS", 50)  # lookups in several pieces
     rng = np.random.default_rng(key_space % 1000)
     runs, run_keys, run_values = _runs(tmp_path, rng, [0, 5000, 1, 1234], key_space)
     index = SortedRuns(runs, VALUE)
@@ -66,6 +67,7 @@ def test_latest_takes_the_newest_run(tmp_path):
 @pytest.mark.parametrize("latest", [False, True])
 def test_merge_equals_a_stable_sort_of_all_runs(tmp_path, monkeypatch, latest):
     monkeypatch.setattr(sorted_runs, "BLOCK", 16)  # many fence keys, so many merge ranges
+    monkeypatch.setattr(sorted_runs, "LOOKUP_KEYS", 7)  # lookups in many pieces
     rng = np.random.default_rng(7)
     runs, run_keys, run_values = _runs(tmp_path, rng, [3000, 0, 700, 4100], 5000)
     merged = merge_runs(runs, VALUE, tmp_path / "merged", latest=latest, max_entries=256)

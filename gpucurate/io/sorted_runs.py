@@ -25,13 +25,15 @@ import numpy as np
 
 from ..kernels.bloom import BLOCK_WORDS, bloom_add, bloom_blocks, bloom_check
 
-#: entries a fence key stands for: a lookup reads at least one block (2 KB of keys) per run and key (part of
-#: the files' format: a state written with another value would be misread)
-BLOCK = 256
+#: entries a fence key stands for in the runs written: a lookup reads a block (1 KB of keys) per run and key
+#: that its Bloom filter lets through (each run records its own)
+BLOCK = 128
 #: bytes between two wanted records that a read goes through rather than seeking past them (about what
 #: one more read call costs), and the most a read holds at once
 GAP_BYTES = 64 << 10
-PIECE_BYTES = 8 << 20
+PIECE_BYTES = 4 << 20
+#: keys a lookup looks for at once (their blocks of keys are what it holds: 8 MB at most)
+LOOKUP_KEYS = 8192
 #: entries a merge holds at once (per key range), about 16 MB of keys and values
 MERGE_ENTRIES = 1 << 20
 #: bits of a run's Bloom filter per entry (about 1% of absent keys pass); 0: no filter
@@ -44,9 +46,10 @@ RUN_FILES = ("keys", "fence", "values", "bloom")
 
 @dataclass(frozen=True)
 class Run:
-    """One run: ``path`` (without suffix) and its number of entries."""
+    """One run: ``path`` (without suffix), its number of entries, and the entries of its fence's blocks."""
     path: Path
     count: int
+    block: int = BLOCK
 
     def file(self, suffix: str) -> Path:
         return self.path.with_name(f"{self.path.name}.{suffix}")
@@ -58,12 +61,13 @@ class _RunWriter:
     def __init__(self, path: Path):
         self.path = Path(path)
         self.count = 0
+        self.block = BLOCK
         self.files = {s: open(self.path.with_name(f"{self.path.name}.{s}"), "wb") for s in ("keys", "fence", "values")}
 
     def append(self, keys: np.ndarray, values: np.ndarray) -> None:
         keys = np.ascontiguousarray(keys, np.uint64)
-        first = (-self.count) % BLOCK  # the next block's first entry within these keys
-        self.files["fence"].write(np.ascontiguousarray(keys[first::BLOCK]).tobytes())
+        first = (-self.count) % self.block  # the next block's first entry within these keys
+        self.files["fence"].write(np.ascontiguousarray(keys[first::self.block]).tobytes())
         self.files["keys"].write(keys.tobytes())
         self.files["values"].write(np.ascontiguousarray(values).tobytes())
         self.count += len(keys)
@@ -73,7 +77,7 @@ class _RunWriter:
             fh.flush()
             os.fsync(fh.fileno())
             fh.close()
-        run = Run(self.path, self.count)
+        run = Run(self.path, self.count, self.block)
         if BLOOM_BITS and self.count:  # its bits: the filter, 1/50 of the keys' bytes at 10 bits per entry
             n_blocks = max(1, -(-self.count * BLOOM_BITS // (64 * BLOCK_WORDS)))
             words = np.zeros(n_blocks * BLOCK_WORDS, np.uint64)
@@ -167,7 +171,7 @@ class SortedRuns:
         return sum(r.count for r in self.runs)
 
     def _fence(self, run: Run) -> np.ndarray:
-        if run.path not in self._fences:  # ceil(n / BLOCK) keys: 1/256 of the run's keys
+        if run.path not in self._fences:  # ceil(n / block) keys: 1/128 of the run's keys
             self._fences[run.path] = np.fromfile(run.file("fence"), np.uint64)
         return self._fences[run.path]
 
@@ -196,13 +200,16 @@ class SortedRuns:
             if maybe.any():
                 lo[maybe], hi[maybe] = self.bounds(run, keys[maybe])
             return lo, hi
+        if len(keys) > LOOKUP_KEYS:
+            parts = [self.bounds(run, keys[a:a + LOOKUP_KEYS]) for a in range(0, len(keys), LOOKUP_KEYS)]
+            return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
         fence = self._fence(run)
         # an answer lies in the block whose first key is the last one before (left) or at (right) the key,
         # or at that block's end
         blocks = [np.maximum(np.searchsorted(fence, keys, side) - 1, 0) for side in ("left", "right")]
         touched = np.unique(np.concatenate(blocks))
-        starts = touched * BLOCK
-        stops = np.minimum(starts + BLOCK, run.count)
+        starts = touched * run.block
+        stops = np.minimum(starts + run.block, run.count)
         keys_read = read_ranges(run.file("keys"), np.dtype(np.uint64), starts, stops)
         base = np.zeros(len(touched), np.int64)  # where each touched block begins in keys_read
         np.cumsum((stops - starts)[:-1], out=base[1:])
@@ -210,7 +217,7 @@ class SortedRuns:
         for side, block in zip(("left", "right"), blocks):
             at = np.searchsorted(touched, block)
             within = np.searchsorted(keys_read, keys, side) - base[at]  # keys_read is sorted: blocks in order
-            out.append(block * BLOCK + np.clip(within, 0, (stops - starts)[at]))
+            out.append(block * run.block + np.clip(within, 0, (stops - starts)[at]))
         return out[0], out[1]
 
     def positions(self, run: Run, keys: np.ndarray, side: str) -> np.ndarray:
@@ -267,7 +274,7 @@ def merge_runs(runs: list[Run], dtype, path: Path, latest: bool = False,
     entries, cut at fence keys), so it holds one range of every run, not the runs."""
     index = SortedRuns(runs, dtype)
     fences = np.sort(np.concatenate([index._fence(r) for r in runs])) if runs else np.empty(0, np.uint64)
-    cuts = np.unique(fences[::max(1, max_entries // BLOCK)])
+    cuts = np.unique(fences[::max(1, max_entries // max((r.block for r in runs), default=BLOCK))])
     writer = _RunWriter(path)
     bounds = [np.zeros(len(runs), np.int64)]
     for cut in cuts[1:]:

@@ -203,7 +203,7 @@ class State:
 
     def index(self, name: str) -> SortedRuns:
         if name not in self._indexes:
-            runs = [Run(self.root / path, count) for path, count in self.manifest["indexes"].get(name, [])]
+            runs = [Run(self.root / path, count, block) for path, count, block in self.manifest["indexes"].get(name, [])]
             self._indexes[name] = SortedRuns(runs, INDEXES[name])
         return self._indexes[name]
 
@@ -323,7 +323,7 @@ class State:
     # ---- leftovers and commit -----------------------------------------------------------------------
 
     def _run_paths(self) -> set[Path]:
-        return {self.root / path for runs in self.manifest["indexes"].values() for path, _ in runs}
+        return {self.root / path for runs in self.manifest["indexes"].values() for path, *_ in runs}
 
     def remove_leftovers(self) -> list[str]:
         """Delete what a crashed ingest left: segments the manifest does not list, temporary files, and
@@ -389,7 +389,7 @@ class State:
         for index, (keys, values) in segment.runs.items():
             if not len(keys):
                 continue
-            runs = [Run(self.root / p, c) for p, c in indexes.get(index, [])]
+            runs = [Run(self.root / p, c, b) for p, c, b in indexes.get(index, [])]
             (tmp / "index").mkdir(exist_ok=True)
             runs.append(write_run(tmp / "index" / index, keys, values))
             merged = 0
@@ -398,7 +398,8 @@ class State:
                 failpoint("compacting")
                 runs[-2:] = [merge_runs(runs[-2:], INDEXES[index], tmp / "index" / f"{index}-merged{merged}",
                                         latest=index in REPLACED)]
-            indexes[index] = [[str(r.path.relative_to(self.root)).replace(tmp.name, name, 1), r.count] for r in runs]
+            indexes[index] = [[str(r.path.relative_to(self.root)).replace(tmp.name, name, 1), r.count, r.block]
+                              for r in runs]
             kept.update(r.path for r in runs)
         for keys in sorted((tmp / "index").glob("*.keys")):  # this batch's runs that a merge took in
             if keys.with_suffix("") not in kept:
