@@ -37,7 +37,8 @@ def stored_bucket_pairs(index: SortedRuns, keys: np.ndarray, items: np.ndarray, 
     Per run and touched key the index is asked for the entries' range; a bucket that stays within
     ``max_bucket`` is read whole, a larger one only up to its first ``anchors + 1`` entries per run and its
     newest run's last entry."""
-    distinct, new_start = np.unique(keys, return_index=True)
+    new_start = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.empty(0, np.int64)
+    distinct = keys[new_start]
     new_offsets = np.r_[new_start, len(keys)].astype(np.int64)
     n_new = np.diff(new_offsets)
     ranges = [index.bounds(run, distinct, present=True) for run in index.runs]
