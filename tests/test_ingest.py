@@ -118,13 +118,20 @@ def test_killed_ingest_leaves_the_state_before_or_after_the_batch(tmp_path, batc
     """SIGKILL at each step of an ingest: the state is the one before the batch, or includes all of it;
     running the batch again gives the state of an uninterrupted ingest."""
     common = ["--set", "semantic.enabled=false", "--no-progress", "-q"]
+    # batch 0 in three pieces: batch 1 then makes four runs of an index, which it merges ("compacting")
+    lines = Path(batches[0]).read_text().splitlines(keepends=True)
+    pieces = []
+    for k, (a, b) in enumerate([(0, 150), (150, 300), (300, len(lines))]):
+        pieces.append(tmp_path / f"piece{k}.jsonl")
+        pieces[-1].write_text("".join(lines[a:b]))
     reference = tmp_path / "reference"
-    for b in batches[:2]:
+    for b in [*map(str, pieces), batches[1]]:
         ingest([b], reference, overrides=Q)
     expected = registry(reference)
     for point in ("computed", "compacting", "segment-written", "before-manifest", "after-manifest"):
         state = tmp_path / point
-        ingest([batches[0]], state, overrides=Q)
+        for piece in pieces:
+            ingest([str(piece)], state, overrides=Q)
         before_manifest, before_registry = (state / MANIFEST).read_bytes(), registry(state)
         crashed = _cli(["ingest", "--state", str(state), "--input", batches[1], *common],
                        env={"GPUCURATE_FAILPOINT": point})

@@ -115,10 +115,10 @@ INDEXES = {"ids": np.dtype(np.int64), "texts": np.dtype(np.int64), "items": np.d
            "clusters": np.dtype(np.int64), "registry": REGISTRY_RECORD, "cells": np.dtype(np.int64)}
 #: indexes whose newer entries replace the older ones of a key (a compaction keeps only the newest)
 REPLACED = ("registry",)
-#: a batch's run is merged with the one before while that one holds at most this many times its entries:
-#: runs double in size like a binary counter, so an index has O(log n) runs whatever the number of
-#: batches, and an entry is rewritten O(log n) times
-MERGE_RATIO = 1
+#: the newest runs are merged into one when there are this many of about one size (the oldest of them at
+#: most this many times the newest): runs grow like the digits of a base-4 counter, so an index has
+#: O(log n) runs whatever the number of batches, and an entry is rewritten log4(n / batch) times
+MERGE_FANIN = 4
 
 
 def item_record(method: str, signatures: int = 0) -> np.dtype:
@@ -393,11 +393,12 @@ class State:
             (tmp / "index").mkdir(exist_ok=True)
             runs.append(write_run(tmp / "index" / index, keys, values))
             merged = 0
-            while len(runs) > 1 and runs[-2].count <= MERGE_RATIO * runs[-1].count:
+            while len(runs) >= MERGE_FANIN and runs[-MERGE_FANIN].count <= MERGE_FANIN * runs[-1].count:
                 merged += 1
                 failpoint("compacting")
-                runs[-2:] = [merge_runs(runs[-2:], INDEXES[index], tmp / "index" / f"{index}-merged{merged}",
-                                        latest=index in REPLACED)]
+                runs[-MERGE_FANIN:] = [merge_runs(runs[-MERGE_FANIN:], INDEXES[index],
+                                                  tmp / "index" / f"{index}-merged{merged}",
+                                                  latest=index in REPLACED)]
             indexes[index] = [[str(r.path.relative_to(self.root)).replace(tmp.name, name, 1), r.count, r.block]
                               for r in runs]
             kept.update(r.path for r in runs)
