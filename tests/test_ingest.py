@@ -252,3 +252,24 @@ def test_reference_dedups_against_a_state_and_never_changes_it(tmp_path, batches
     assert out.loc["n2", "is_canonical"] and s["new_aliases"] == 1 and s["canonicals_demoted"] == 0
     with pytest.raises(ConfigError, match="no ingest state"):
         reference([str(newer)], tmp_path / "nothing", tmp_path / "out3", overrides=overrides)
+
+
+def test_a_batch_that_links_two_clusters_demotes_the_later_canonical(tmp_path):
+    """A and C are apart (Jaccard below the threshold), B is near both: ingesting B after A and C joins
+    their clusters, and C, the later canonical, becomes an alias of A, as in one run over all three."""
+    rng = np.random.default_rng(5)
+    words = [f"w{i}" for i in rng.integers(0, 10**9, 200)]
+    a = " ".join(words)
+    b = " ".join(words[:50] + [f"b{i}" for i in range(5)] + words[55:])  # 5 words changed: Jaccard 0.91
+    c = " ".join(b.split()[:150] + [f"c{i}" for i in range(5)] + words[155:])  # 5 more: 0.91 to b, 0.83 to a
+    overrides = {**Q, "fuzzy.threshold": 0.9}
+    first = write_jsonl(tmp_path / "1.jsonl", [{"id": "a", "text": a}, {"id": "c", "text": c}])
+    second = write_jsonl(tmp_path / "2.jsonl", [{"id": "b", "text": b}])
+    s1 = ingest([str(first)], tmp_path / "state", overrides=overrides)
+    assert s1["new_canonicals"] == 2
+    s2 = ingest([str(second)], tmp_path / "state", overrides=overrides)
+    assert s2["canonicals_demoted"] == 1 and s2["new_aliases"] == 1
+    reg = registry(tmp_path / "state")
+    assert reg.loc["c", "dedup_id"] == "a" and reg.loc["b", "dedup_id"] == "a" and reg.loc["a", "is_canonical"]
+    run([str(first), str(second)], tmp_path / "full", overrides=overrides)
+    assert_same_as_full_run(tmp_path / "state", tmp_path / "full")
