@@ -26,7 +26,6 @@ import argparse
 import gzip
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +36,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from common import REUTERS, print_table, reuters_bodies, write_json  # noqa: E402
+from common import REUTERS, print_table, reuters_bodies, time_command, write_json  # noqa: E402
 from pg_server import start_postgres  # noqa: E402
 
 from gpucurate.workflows.ingest import ingest  # noqa: E402
@@ -97,7 +96,6 @@ def latency(db: PgvectorSink, queries: np.ndarray, k: int, use_dedup: bool) -> t
             "mean_ms": round(float(ms.mean()), 2)}, results
 
 
-TIME = "/usr/bin/time"
 QUIET = ["-q", "--no-progress", "--set", "semantic.enabled=false"]
 
 
@@ -140,19 +138,6 @@ def write_scale_corpus(folder: Path, size: int, per_file: int, batch: int, seed:
     return files, path
 
 
-def timed(cmd: list[str]) -> dict:
-    """``cmd`` under GNU time: seconds from spawn to exit and peak RSS (MiB)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        rss = Path(tmp) / "rss"
-        t0 = time.perf_counter()
-        proc = subprocess.run([TIME, "-f", "%M", "-o", str(rss), *cmd], stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        seconds = time.perf_counter() - t0
-        if proc.returncode:
-            raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
-        return {"seconds": round(seconds, 2), "peak_rss_mib": round(int(rss.read_text().split()[-1]) / 1024)}
-
-
 def state_bytes(state: Path) -> tuple[int, int]:
     """(bytes of the state without the shingle sets, bytes of the shingle sets)."""
     files = [p for p in state.rglob("*") if p.is_file()]
@@ -169,8 +154,8 @@ def scale(sizes: list[int], per_file: int, batch: int, work: Path, out: str) -> 
         folder.mkdir(parents=True)
         files, batch_file = write_scale_corpus(folder, size, per_file, batch)
         state = folder / "state"
-        build = [timed([*gpucurate, "ingest", "--state", str(state), "--input", str(f), *QUIET]) for f in files]
-        measured = timed([*gpucurate, "ingest", "--state", str(state), "--input", str(batch_file), *QUIET])
+        build = [time_command([*gpucurate, "ingest", "--state", str(state), "--input", str(f), *QUIET]) for f in files]
+        measured = time_command([*gpucurate, "ingest", "--state", str(state), "--input", str(batch_file), *QUIET])
         summary = json.loads((state / "MANIFEST.json").read_text())["batches"][-1]
         other, sets = state_bytes(state)
         n_state = size + summary["new_documents"]
@@ -180,7 +165,7 @@ def scale(sizes: list[int], per_file: int, batch: int, work: Path, out: str) -> 
                "build_ingests": len(files), "build_seconds": round(sum(b["seconds"] for b in build), 1),
                "build_peak_rss_mib": max(b["peak_rss_mib"] for b in build)}
         if size == max(sizes):  # one run over the same documents
-            run = timed([*gpucurate, "run", "--input", *map(str, files), "--output", str(folder / "run"), *QUIET])
+            run = time_command([*gpucurate, "run", "--input", *map(str, files), "--output", str(folder / "run"), *QUIET])
             row["run_seconds"] = run["seconds"]
             row["build_over_run"] = round(row["build_seconds"] / run["seconds"], 2)
         rows.append(row)

@@ -47,9 +47,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import print_table, reuters_bodies, stop_processes, write_json  # noqa: E402
+from common import print_table, reuters_bodies, stop_processes, time_command, write_json  # noqa: E402
 
-TIME = "/usr/bin/time"
 
 
 def write_corpus(path: Path, factor: int, group: int = 10, edit: float = 0.02, source_edit: float = 0.3,
@@ -87,19 +86,10 @@ def run_cli(src: Path, out: Path, limit: str | None, scheduler: str | None = Non
         cmd += ["--set", f"run.memory_limit={limit}"]
     if scheduler is not None:
         cmd += ["--set", f"run.scheduler={scheduler}"]
-    with tempfile.TemporaryDirectory() as tmp:
-        rss = Path(tmp) / "rss"
-        t0 = time.perf_counter()
-        proc = subprocess.run([TIME, "-f", "%M", "-o", str(rss), *cmd], stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        seconds = time.perf_counter() - t0
-        if proc.returncode and not check:
-            return {"seconds": round(seconds, 2), "exit_code": proc.returncode, "error": proc.stderr[-2000:]}
-        if proc.returncode:
-            raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
-        peak_mib = int(rss.read_text().split()[-1]) / 1024
-    return {"seconds": round(seconds, 2), "peak_rss_mib": round(peak_mib), "summary": json.loads(
-        (out / "summary.json").read_text())}
+    result = time_command(cmd, check)
+    if "exit_code" not in result:
+        result["summary"] = json.loads((out / "summary.json").read_text())
+    return result
 
 
 @contextmanager

@@ -123,3 +123,22 @@ def stop_processes(procs: list) -> None:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def time_command(cmd: list[str], check: bool = True) -> dict:
+    """``cmd`` under GNU time (``/usr/bin/time``): ``{"seconds", "peak_rss_mib"}`` from spawn to exit. A failed
+    command exits the benchmark, or with ``check=False`` gives ``{"seconds", "exit_code", "error"}``."""
+    import subprocess
+    import tempfile
+    import time
+    with tempfile.TemporaryDirectory() as tmp:
+        rss = Path(tmp) / "rss"
+        t0 = time.perf_counter()
+        proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", str(rss), *cmd], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        seconds = round(time.perf_counter() - t0, 2)
+        if proc.returncode and not check:
+            return {"seconds": seconds, "exit_code": proc.returncode, "error": proc.stderr[-2000:]}
+        if proc.returncode:
+            raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+        return {"seconds": seconds, "peak_rss_mib": round(int(rss.read_text().split()[-1]) / 1024)}
