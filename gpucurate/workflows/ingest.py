@@ -117,12 +117,17 @@ def place_batch(state: State, ids: np.ndarray, hashes: np.ndarray, locate) -> tu
     n = len(ids)
     rows = np.full(n, -1, np.int64)
     if n and not state.empty:
-        which, _, found = state.index("ids").find(id_keys(ids)) if len(ids) else (None, None, None)
+        keys = id_keys(ids)
+        distinct, inverse = np.unique(keys, return_inverse=True)
+        found_key, _, found = state.index("ids").find(distinct)
+        # each batch position with each stored row of its id's hash (two ids may share a hash)
+        pairs = pd.DataFrame({"key": inverse, "pos": np.arange(n)}).merge(
+            pd.DataFrame({"key": found_key, "row": found}), on="key")
+        which, found = pairs["pos"].to_numpy(np.int64), pairs["row"].to_numpy(np.int64)
         if len(which):  # the same id hash: the same id only when the stored id is the same text
             same = state.doc_ids(found).astype(str) == ids[which].astype(str)
             which, found = which[same], found[same]
-            stored_hash = state.records(found)["text_hash"]
-            differs = stored_hash != hashes[which]
+            differs = state.records(found)["text_hash"] != hashes[which]
             if differs.any():
                 bad = int(which[np.flatnonzero(differs)[0]])
                 raise InputError(f"document id {ids[bad]!r} is already in the state with another text; ids must "
@@ -309,7 +314,7 @@ class Grouped:
 
 
 def regroup(state: State, cfg: Config, backend, closure: Closure, fresh: FreshItems | None,
-            vectors: "FreshVectors | None", executor: Executor) -> Grouped:
+            vectors: FreshVectors | None) -> Grouped:
     """The stages' groups of the closure, from its documents and the stored and fresh edges."""
     docs, c = closure.docs, len(closure.rows)
     hashes = docs["text_hash"]
@@ -601,7 +606,7 @@ def compute_batch(state: State, cfg: Config, inputs: list[str], executor: Execut
         with timer("fuzzy"):
             stage = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, backend)
             first = regroup(state, dataclasses.replace(cfg, fuzzy=dataclasses.replace(cfg.fuzzy, enabled=False)),
-                            backend, closure, None, None, executor)
+                            backend, closure, None, None)
             # texts that take part in the fuzzy stage for the first time: new exact canonicals long enough,
             # without an item
             take_part = first.canonical & participates(cfg, closure.docs) & ~closure.old
@@ -621,7 +626,7 @@ def compute_batch(state: State, cfg: Config, inputs: list[str], executor: Execut
     vectors = None
     if semantic_enabled(cfg.semantic):
         with timer("semantic"):
-            grouped = regroup(state, cfg, backend, closure, fresh, None, executor)
+            grouped = regroup(state, cfg, backend, closure, fresh, None)
             embed = grouped.canonical & ~closure.old
             hashes = closure.docs["text_hash"]
             # new canonicals whose text was never embedded nor found not embeddable
@@ -636,7 +641,7 @@ def compute_batch(state: State, cfg: Config, inputs: list[str], executor: Execut
                 stored = read_rows(state.vector_files(), vector_record(vectors.vectors.shape[1]), linked)
                 closure = _widened(state, closure, stored["hash"], rebuild)
     with timer("regroup"):
-        grouped = regroup(state, cfg, backend, closure, fresh, vectors, executor)
+        grouped = regroup(state, cfg, backend, closure, fresh, vectors)
     quality = None
     if quality_b is not None:
         quality = QualityResult(closure.docs["quality_rule"], closure.docs["quality_value"], quality_b.limits)
