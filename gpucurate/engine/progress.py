@@ -61,25 +61,17 @@ class Stage:
         return f"{self.name}: {counted}{elapsed:.2f} s" + (f" ({'; '.join(notes)})" if notes else "")
 
 
-class _CountedStep:
-    """A step in a log: counts its tasks into its stage, draws nothing."""
+class _CountedStep(_NoBar):
+    """A step in a log: its tasks are counted into its stage, nothing is drawn; a step outside any stage
+    says at the end, at debug level, what it did."""
 
-    def __init__(self, stage: Stage | None, desc: str, total: int):
-        self.stage, self.desc, self.total = stage, desc, total
+    def __init__(self, desc: str, total: int, orphan: bool):
+        self.desc, self.total, self.orphan = desc, total, orphan
         self.start = time.perf_counter()
 
-    def update(self, n: int = 1) -> None:
-        pass
-
     def close(self) -> None:
-        if self.stage is None:
+        if self.orphan:
             log.debug("%s: %d tasks in %.2f s", self.desc, self.total, time.perf_counter() - self.start)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 class Reporter:
@@ -139,7 +131,7 @@ class Reporter:
             stage.steps += 1
             stage.tasks += total
         if not self.terminal:
-            return _CountedStep(stage, desc, total)
+            return _CountedStep(desc, total, orphan=stage is None)
         if stage is not None:
             stage.bar.set_description_str(f"{stage.name} (step {stage.steps}: {desc})")
         return self._tqdm(desc=f"  {desc}" if stage is not None else desc, total=total, unit=unit,
