@@ -40,6 +40,12 @@ def _on_sigterm(signum, frame):
     raise _Terminated()
 
 
+#: the pages of docs/ (in gpucurate's source tree) that each command's --help names for more
+GUIDES = {"run": ("pipeline", "configuration", "output", "scale"), "demo": ("pipeline", "output"),
+          "report": ("review",), "sample-pairs": ("review",), "calibrate": ("review",), "rethreshold": ("review",),
+          "ingest": ("rag",), "export": ("rag",), "search": ("rag",)}
+
+
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="YAML config file (see configs/default.yaml)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
@@ -146,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
     cal.add_argument("-q", "--quiet", action="store_true")
     cal.add_argument("-v", "--verbose", action="store_true")
+    for name, command in sub.choices.items():
+        command.epilog = "More: " + ", ".join(f"docs/{page}.md" for page in GUIDES[name]) + \
+            " in gpucurate's source tree."
     return parser
 
 

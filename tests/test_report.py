@@ -1,5 +1,8 @@
 """report.html: written by every run, readable in a browser without a server."""
 
+import html
+import json
+import re
 import shutil
 import subprocess
 
@@ -8,6 +11,7 @@ import pytest
 
 from conftest import write_jsonl
 from gpucurate.cli import main
+from gpucurate.review.report import _svg_histogram, size_bins
 from gpucurate.workflows.run import run
 
 
@@ -47,18 +51,74 @@ def test_report_command_rewrites_it(report_run, tmp_path):
     assert main(["report", "--run", str(tmp_path), "-q"]) == 1
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
+CHROMIUM = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+needs_chromium = pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
+
+
+def _awkward_charts() -> str:
+    """The two charts that went wrong: cluster sizes 2..38 (integer bins printed as ``2.000``) and scores from
+    0.8 to 0.999 in 50 bins (a tick at 0.996 over the range end, 0.999)."""
+    sizes = size_bins(37)  # edges 2 .. 38
+    scores = np.histogram_bin_edges([], bins=50, range=(0.8, 0.999))
+    return (_svg_histogram(np.arange(1, len(sizes)), sizes, "documents per cluster", "clusters", log=True)
+            + _svg_histogram(np.arange(50) % 7, scores, "jaccard score", "pairs", marker=0.9, marker_label="t"))
+
+
+def _x_ticks(svg: str) -> list[tuple[float, str]]:
+    return [(float(x), label) for x, label in re.findall(r'<text class="x-tick" x="([\d.]+)"[^>]*>([^<]*)</text>', svg)]
+
+
+def test_axis_ticks_are_whole_numbers_and_do_not_touch(report_run):
+    charts = _awkward_charts()
+    sizes, scores = charts.split("</svg>")[:2]
+    assert [label for _, label in _x_ticks(sizes)][-1] == "38"
+    assert all(re.fullmatch(r"\d+", label) for _, label in _x_ticks(sizes)), _x_ticks(sizes)
+    assert [label for _, label in _x_ticks(scores)][-1] == "0.999"
+    page = (report_run[1] / "report.html").read_text()
+    for svg in [sizes, scores] + page.split("</svg>")[:-1]:
+        ticks = _x_ticks(svg)
+        assert len(ticks) >= 3
+        for (xa, a), (xb, b) in zip(ticks, ticks[1:]):  # 6 px a character is a digit at 11 px in any sans
+            assert xb - xa >= (len(a) + len(b)) / 2 * 6, (a, b, xb - xa)
+    assert "Noto Sans CJK KR" in page and "Microsoft YaHei" in page  # CJK samples get a font that has them
+
+
+@needs_chromium
 def test_report_renders_in_headless_chromium(report_run, tmp_path):
     _, out = report_run
     shot = tmp_path / "shot.png"
-    subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                    f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1000,2400", f"--screenshot={shot}",
-                    (out / "report.html").as_uri()], check=True, capture_output=True, timeout=120)
+    subprocess.run([*CHROMIUM, f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1000,2400",
+                    f"--screenshot={shot}", (out / "report.html").as_uri()], check=True, capture_output=True,
+                   timeout=120)
     import matplotlib.image
     pixels = matplotlib.image.imread(shot)
     assert pixels.shape[0] >= 2000 and pixels.shape[1] >= 900
     assert np.std(pixels) > 0.05, "the page is not blank"
+
+
+#: run in the page: the rendered box of every x-axis tick label, per chart, into the body's data-ticks
+MEASURE = """<script>
+document.body.dataset.ticks = JSON.stringify([...document.querySelectorAll('svg')].map(svg =>
+  [...svg.querySelectorAll('text.x-tick')].map(t => { const r = t.getBoundingClientRect();
+                                                      return [t.textContent, r.left, r.right]; })));
+</script>"""
+
+
+@needs_chromium
+def test_tick_labels_do_not_overlap_in_chromium(report_run, tmp_path):
+    """The report's charts and the two awkward ones, laid out by Chromium: no tick label overlaps the next."""
+    page = (report_run[1] / "report.html").read_text()
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.replace("</body>", _awkward_charts() + MEASURE + "</body>"), encoding="utf-8")
+    dom = subprocess.run([*CHROMIUM, f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1000,2400",
+                          "--dump-dom", probe.as_uri()], check=True, capture_output=True, text=True,
+                         timeout=120).stdout
+    charts = json.loads(html.unescape(re.search(r'data-ticks="([^"]*)"', dom).group(1)))
+    assert len(charts) >= 4 and all(len(ticks) >= 3 for ticks in charts)
+    for ticks in charts:
+        for (a, _, a_right), (b, b_left, _) in zip(ticks, ticks[1:]):
+            assert a_right <= b_left, f"tick labels {a} and {b} overlap"
 
 
 def test_the_run_writes_the_report_without_reading_its_part_files(tmp_path, monkeypatch):

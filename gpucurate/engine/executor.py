@@ -1,7 +1,7 @@
 """Where partition tasks run: in-process threads (default) or an existing Dask cluster.
 
-Stages hand the executor lists of tasks (``engine.tasks``) and get results back in task order, with a
-progress bar on stderr. A run without a cluster runs them on its own threads and never imports Dask;
+Stages hand the executor lists of tasks (``engine.tasks``) and get results back in task order, with their
+progress on stderr (``engine.progress``). A run without a cluster runs them on its own threads and never imports Dask;
 on a cluster (or when a graph holds parts of a Dask collection) they become ``dask.delayed`` calls.
 Nothing else in the package talks to a scheduler.
 """
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from contextlib import contextmanager
 
 from ..errors import ConfigError, WorkerLostError
 from .partitions import Partitions
+from .progress import Reporter
 from .spill import WORKING_BYTES_PER_INPUT_BYTE, SpillStore, machine_memory
 from .tasks import compute, delayed, holds_dask, to_dask
 from .threads import thread_map
@@ -29,18 +29,18 @@ def _threads(*args, **kwargs):
     return dask.threaded.get(*args, **kwargs)
 
 
-def _dask_progress(desc: str, enabled: bool):
-    """A Dask callback that counts the finished tasks of a local Dask compute on a tqdm bar."""
+def _dask_progress(desc: str, reporter: Reporter):
+    """A Dask callback that counts the finished tasks of a local Dask compute on a step of ``reporter``."""
     from dask.callbacks import Callback
 
-    class TqdmCallback(Callback):
+    class StepCallback(Callback):
         def __init__(self):
             super().__init__()
             self.bar = None
 
         def _start_state(self, dsk, state):
-            self.bar = _bar(sum(len(state[k]) for k in ("ready", "waiting", "running", "finished")), desc,
-                            "task", enabled)
+            self.bar = reporter.step(sum(len(state[k]) for k in ("ready", "waiting", "running", "finished")), desc,
+                                     "task")
 
         def _posttask(self, key, result, dsk, state, worker_id):
             self.bar.update(1)
@@ -48,29 +48,7 @@ def _dask_progress(desc: str, enabled: bool):
         def _finish(self, dsk, state, errored):
             if self.bar is not None:
                 self.bar.close()
-    return TqdmCallback()
-
-
-class _NoBar:
-    """What a disabled progress bar needs to be (tqdm is not imported for it)."""
-
-    def update(self, n: int = 1) -> None:
-        pass
-
-    close = update
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        pass
-
-
-def _bar(total: int, desc: str, unit: str, enabled: bool):
-    if not enabled:
-        return _NoBar()
-    from tqdm.auto import tqdm
-    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False, dynamic_ncols=True)
+    return StepCallback()
 
 
 class Executor:
@@ -80,7 +58,7 @@ class Executor:
     ----------
     scheduler : address of a running Dask scheduler (``tcp://host:port``); None -> local threads.
     workers : threads of the local scheduler; None -> ``os.cpu_count()``.
-    progress : show progress bars on stderr.
+    progress : show progress on stderr (``engine.progress``: bars in a terminal, a line per stage in a log).
     memory_limit : bytes a run on local threads holds of persisted results, exchange pieces and running
         tasks; None -> a quarter of this machine's memory. spill_dir : where the results and pieces past it
         go (None: the temporary dir).
@@ -94,6 +72,8 @@ class Executor:
         self.scheduler_address = scheduler
         self.workers = workers or os.cpu_count() or 1
         self.progress = progress
+        self.reporter = Reporter(progress)
+        self._reporting = self.reporter.active()  # entered while the executor is open (``with``)
         self.client = None
         self.cluster = None
         self.memory_limit = memory_limit or machine_memory() // 4
@@ -171,7 +151,7 @@ class Executor:
             if holds_dask(tasks):
                 results = self._dask_local(tasks, desc)
                 return results if keep is None else [keep(r) for r in results]
-            return compute(tasks, self.workers, lambda total: _bar(total, desc, "task", self.progress), keep=keep)
+            return compute(tasks, self.workers, lambda total: self.reporter.step(total, desc, "task"), keep=keep)
         futures = self.client.compute(to_dask(tasks))
         self._wait(futures, desc)
         return self.client.gather(futures)
@@ -179,14 +159,14 @@ class Executor:
     def _dask_local(self, tasks: list, desc: str) -> list:
         """Tasks that take parts of a Dask collection, on Dask's local threads."""
         import dask
-        with _dask_progress(desc, self.progress):
+        with _dask_progress(desc, self.reporter):
             return list(dask.compute(*to_dask(tasks), scheduler=_threads, num_workers=self.workers))
 
     def iter_compute(self, tasks: list, desc: str):
         """Compute ``tasks`` a few at a time (twice the threads), yielding results in order: for results
         that together would not fit in this process."""
         step = max(1, 2 * self.workers)
-        with _bar(len(tasks), desc, "part", self.progress) as bar, self._worker_deaths(desc):
+        with self.reporter.step(len(tasks), desc, "part") as bar, self._worker_deaths(desc):
             for start in range(0, len(tasks), step):
                 batch = tasks[start:start + step]
                 if self.client is None:
@@ -205,7 +185,7 @@ class Executor:
         several = isinstance(collection, tuple)
         if self.client is None:
             import dask
-            with _dask_progress(desc, self.progress):
+            with _dask_progress(desc, self.reporter):
                 persisted = dask.persist(*(collection if several else (collection,)), scheduler=_threads,
                                          num_workers=self.workers)
             return persisted if several else persisted[0]
@@ -244,7 +224,7 @@ class Executor:
         """Wait for cluster ``futures`` with a progress bar, so that step timings and failures belong to
         the step that started them."""
         from distributed import as_completed
-        with _bar(len(futures), desc, "part", self.progress) as bar:
+        with self.reporter.step(len(futures), desc, "part") as bar:
             for future in as_completed(futures):
                 if future.status == "error":  # raised here, by the step that ran it
                     raise future.exception()
@@ -276,10 +256,14 @@ class Executor:
             self.cluster = None
 
     def __enter__(self):
+        self._reporting.__enter__()
         return self
 
     def __exit__(self, *exc):
-        self.close()
+        try:
+            self.close()
+        finally:
+            self._reporting.__exit__(*exc)
 
 
 @contextmanager

@@ -6,7 +6,7 @@ whole small files of one format (``PartitionSpec.members``). Every record gets a
 ``_ord = file_index << 40 | record_index`` (record index: 0-based line of JSON Lines, row of Parquet),
 so input order, generated ids and "first" canonicals do not depend on how files are split or grouped.
 
-Defined behaviour (documented in README, tested):
+Defined behaviour (documented in docs/reliability.md, tested):
 * blank lines in JSON Lines are not records; an empty file contributes no records (listed in
   summary.json); inputs with no records at all are an error;
 * a missing or null text is an empty text (annotated, never a duplicate); a non-string text is an error;

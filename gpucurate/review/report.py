@@ -24,6 +24,16 @@ from .samples import edge_thresholds, texts_of
 SAMPLE_CHARS = 300
 
 
+#: fonts for Latin, Cyrillic, Greek and the CJK scripts (samples may be Korean, Chinese or Japanese): the system's
+#: UI font first, then the usual CJK families of Linux, macOS and Windows, then whatever sans-serif there is
+FONT_STACK = ('system-ui, -apple-system, "Segoe UI", Roboto, "Noto Sans", "Noto Sans CJK SC", "Noto Sans CJK KR", '
+              '"Noto Sans CJK JP", "Source Han Sans SC", "PingFang SC", "Hiragino Sans", "Apple SD Gothic Neo", '
+              '"Microsoft YaHei", "Malgun Gothic", "Yu Gothic", sans-serif')
+#: the charts' font size, and the most a character of a tick label can take at it (digits, ',' and '.' take
+#: less): what keeps two labels apart
+FONT_PX, CHAR_PX = 11, 7.0
+
+
 def _svg_histogram(counts: np.ndarray, edges: np.ndarray, xlabel: str, ylabel: str, log: bool = False,
                    marker: float | None = None, marker_label: str = "") -> str:
     """An inline SVG bar chart of ``counts[b]`` over ``edges[b]:edges[b + 1]`` (both axes log10 when ``log``),
@@ -43,20 +53,21 @@ def _svg_histogram(counts: np.ndarray, edges: np.ndarray, xlabel: str, ylabel: s
         c = (np.log10(c) + 0.1 if log else c) if c > 0 else 0.0
         return top + ph - c / y_max * ph
 
+    font = html.escape(FONT_STACK)
     out = [f'<svg role="img" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
+           f'viewBox="0 0 {width} {height}" font-family="{font}" font-size="{FONT_PX}">',
            f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#444"/>']
     for c, a, b in zip(counts, edges[:-1], edges[1:]):
         if c > 0:
             y = py(c)
             out.append(f'<rect x="{px(a):.1f}" y="{y:.1f}" width="{max(px(b) - px(a) - 0.5, 0.5):.1f}" '
-                       f'height="{top + ph - y:.1f}" fill="#4c72b0"><title>{_fmt(a)}-{_fmt(b)}: {int(c):,}</title></rect>')
-    ticks = list(edges[:: max(1, len(edges) // 6)]) + [edges[-1]]
-    for v in ticks:
-        out.append(f'<text x="{px(v):.1f}" y="{top + ph + 15}" text-anchor="middle">{_fmt(float(v))}</text>')
-    for c in ([10 ** k for k in range(int(y_max) + 1)] if log else np.linspace(0, counts.max(), 5)):
+                       f'height="{top + ph - y:.1f}" fill="#4c72b0"><title>{_axis_label(a)}-{_axis_label(b)}: '
+                       f'{int(c):,}</title></rect>')
+    for x, label in _x_ticks(edges, px):
+        out.append(f'<text class="x-tick" x="{x:.1f}" y="{top + ph + 15}" text-anchor="middle">{label}</text>')
+    for c in ([10 ** k for k in range(int(y_max) + 1)] if log else _count_ticks(int(counts.max()))):
         if c <= counts.max():
-            out.append(f'<text x="{left - 5}" y="{py(c) + 4:.1f}" text-anchor="end">{_fmt(int(round(c)))}</text>')
+            out.append(f'<text x="{left - 5}" y="{py(c) + 4:.1f}" text-anchor="end">{_fmt(int(c))}</text>')
     if marker is not None:
         out.append(f'<line x1="{px(marker):.1f}" x2="{px(marker):.1f}" y1="{top}" y2="{top + ph}" stroke="red" '
                    f'stroke-dasharray="5,3"/><text x="{px(marker) - 4:.1f}" y="{top + 12}" text-anchor="end" '
@@ -65,6 +76,32 @@ def _svg_histogram(counts: np.ndarray, edges: np.ndarray, xlabel: str, ylabel: s
                f'<text transform="translate(14,{top + ph / 2}) rotate(-90)" text-anchor="middle">'
                f'{html.escape(ylabel)}</text></svg>')
     return "".join(out)
+
+
+def _axis_label(v) -> str:
+    """A bin edge as an axis shows it: whole numbers (cluster sizes) without decimals."""
+    v = float(v)
+    return _fmt(int(v)) if v.is_integer() else _fmt(v)
+
+
+def _x_ticks(edges: np.ndarray, px) -> list[tuple[float, str]]:
+    """``(x, label)`` of the x axis: about six bin edges and the last one, leaving out any whose label would
+    touch its right neighbour's (the last edge, the end of the range, always stays)."""
+    chosen = list(dict.fromkeys([*edges[:: max(1, len(edges) // 6)], edges[-1]]))
+    ticks = [(px(v), _axis_label(v)) for v in chosen]
+    kept = [ticks[-1]]
+    for x, label in reversed(ticks[:-1]):
+        if kept[0][0] - x >= (len(label) + len(kept[0][1])) / 2 * CHAR_PX + CHAR_PX:
+            kept.insert(0, (x, label))
+    return kept
+
+
+def _count_ticks(largest: int) -> list[int]:
+    """Whole-number ticks of a count axis from 0 to ``largest``: about five, 1, 2 or 5 times a power of ten apart."""
+    raw = max(largest / 4, 1)
+    power = 10 ** int(np.floor(np.log10(raw)))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    return list(range(0, largest + 1, int(step)))
 
 
 def _table(rows: list[dict], columns: list[str]) -> str:
@@ -256,7 +293,7 @@ def build_report(run_dir: str | Path, samples: ClusterSamples | None = None) -> 
     parts.append("<h2>Timings (s)</h2>" + _table([{"step": k, "seconds": v} for k, v in summary["timings_s"].items()],
                                                ["step", "seconds"]))
     parts.append("<h2>Parameters</h2><pre>" + html.escape(json.dumps(cfg, indent=2)) + "</pre>")
-    style = ("body{font-family:sans-serif;max-width:960px;margin:2em auto;color:#222}"
+    style = (f"body{{font-family:{FONT_STACK};max-width:960px;margin:2em auto;color:#222}}"
              "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.2em .6em;"
              "text-align:left;vertical-align:top}th{background:#eee}pre{background:#f6f6f6;padding:1em}"
              "li{margin:.3em 0}svg{max-width:100%;height:auto}")

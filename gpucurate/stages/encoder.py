@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
+from ..engine.progress import step
 from ..engine.threads import thread_map
 from ..errors import ConfigError
 
@@ -128,7 +128,6 @@ class Encoder:
     def encode_tokens(self, ids: list[list[int]], progress: bool = False) -> np.ndarray:
         """float32[n, dim] unit vectors of already tokenized texts (``tokenize(...).ids``)."""
         import torch
-        from tqdm.auto import tqdm
 
         n = len(ids)
         out = np.zeros((n, self.dim), dtype=np.float32)
@@ -161,8 +160,7 @@ class Encoder:
         if on_cpu:
             torch.set_num_threads(1)
         try:
-            with tqdm(total=n, desc="semantic: embed", unit="doc", file=sys.stderr, disable=not progress,
-                      leave=False, dynamic_ncols=True) as bar:
+            with step(n, "semantic: embed", "doc", enabled=progress) as bar:
                 thread_map(run, batches, (self.threads or old_threads) if on_cpu else 1)
         finally:
             torch.set_num_threads(old_threads)

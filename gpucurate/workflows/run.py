@@ -25,6 +25,7 @@ from ..stages.annotate import alias_table, annotate_parts, apply_paragraphs, edg
 from ..engine.backend import select
 from ..config import Config, annotation_names, resolve_config
 from ..engine.executor import Executor, quiet_logs
+from ..engine.progress import stage as progress_stage
 from ..engine.spill import machine_memory
 from ..io.reader import ROW_BITS, ParsedCache, load_partition, plan_partitions, read_documents
 from .runindex import write_run_index
@@ -42,13 +43,17 @@ log = logging.getLogger("gpucurate")
 
 
 class Timer:
+    """The seconds of each user-level stage (``summary.json``'s ``timings_s``); each timed block is also the
+    stage its progress is shown under (``engine.progress.stage``), which it yields."""
+
     def __init__(self):
         self.times: dict[str, float] = {}
 
     @contextmanager
     def __call__(self, name: str):
         start = time.perf_counter()
-        yield
+        with progress_stage(name) as stage:
+            yield stage
         self.times[name] = round(self.times.get(name, 0.0) + time.perf_counter() - start, 4)
 
 
@@ -262,8 +267,9 @@ def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Tim
     Every per-document column stays in the partitions' states (``DocParts``); the fuzzy and semantic stages
     still take their participants' masks and keys into this process (``RowKeys``) and hand back their
     canonicals, which go back to the partitions."""
-    with timer("read+normalize"):
+    with timer("read+normalize") as stage:
         prep = prepare(narrow_ddf, cfg, executor, backend, describe)
+        stage.documents = prep.table.n  # what the later stages' lines count
     ddf, table = prep.ddf, prep.table
     contamination_gate, paragraph_stage = prep.contamination_gate, prep.paragraph_stage
     resident = _resident(cfg, backend, executor)
