@@ -37,8 +37,7 @@ from ..errors import ConfigError, InputError
 from ..engine.executor import Executor, quiet_logs
 from ..io.reader import plan_partitions, read_documents
 from ..io.row_store import read_rows
-from ..io.sorted_runs import aranges
-from ..kernels.pairs import index_of
+from ..kernels.pairs import index_of, take_sets
 from ..stages.contamination import ContaminationResult
 from ..stages.exact import ExactDedup, ExactResult, exact_canonicals, exact_result
 from ..stages.fuzzy import FuzzyDedup, FuzzyResult
@@ -234,21 +233,16 @@ def _item_dtype(stage: FuzzyDedup):
 
 
 def item_sketches(state: State, stage: FuzzyDedup, items: np.ndarray, fresh: FreshItems | None) -> Sketches:
-    """Shingle sets (and SimHashes or signatures) of ``items`` (committed or fresh), in that order."""
+    """Shingle sets (and SimHashes or signatures) of ``items`` (ascending: committed ones, then fresh ones),
+    in that order."""
     old = items < state.n_items
     offsets_old, values_old = state.item_sets(items[old])
     local = items[~old] - state.n_items
     sk_new = fresh.sketches if fresh is not None else _no_sketches(stage)
-    lengths = np.zeros(len(items), np.int64)
-    lengths[old] = np.diff(offsets_old)
-    lengths[~old] = (sk_new.csr_offsets[local + 1] - sk_new.csr_offsets[local])
+    lengths = np.concatenate([np.diff(offsets_old), np.diff(sk_new.csr_offsets)[local]])
     offsets = np.zeros(len(items) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    values = np.empty(offsets[-1], np.uint64)
-    old_at = aranges(offsets[:-1][old], lengths[old])
-    values[old_at] = values_old
-    values[aranges(offsets[:-1][~old], lengths[~old])] = sk_new.csr_values[
-        aranges(sk_new.csr_offsets[local], lengths[~old])]
+    values = np.concatenate([values_old, take_sets(sk_new.csr_offsets, sk_new.csr_values, local)])
     sk = Sketches(np.empty((len(items), 0), np.uint64), offsets, values)
     if stage.cfg.method == "simhash" or stage.score_kind == "minhash":
         records = state.item_records(items[old], _item_dtype(stage))

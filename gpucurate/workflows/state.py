@@ -282,6 +282,7 @@ class State:
         """The current annotation columns of ``rows`` (int64[k], committed), as ``run`` writes them."""
         from ..config import load_config, flatten
         from ..stages.annotate import Gates, annotation_columns
+        from ..stages.fuzzy import FuzzyDedup
         from ..stages.quality import QualityGate, QualityResult
         cfg = cfg or load_config(None, flatten(self.config))
         rows = np.asarray(rows, np.int64)
@@ -302,8 +303,7 @@ class State:
             gates = gates or Gates(np.zeros(k, bool), None, None)
             gates.contamination = (docs["contaminated"], label, np.full(k, None, object), docs["contamination_drop"],
                                    reason)
-        method = cfg.fuzzy.method
-        kind = "simhash" if method == "simhash" else "jaccard" if cfg.fuzzy.verify else "minhash"
+        kind = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, None).score_kind
         return annotation_columns(rows, reg["exact"], reg["fuzzy"], reg["final"], ids[:k], ids[k:2 * k],
                                   ids[2 * k:3 * k], ids[3 * k:], reg["fuzzy_similarity"], reg["semantic_similarity"],
                                   reg["cluster_size"], gates, cfg.output, self.manifest["int_ids"], kind)
