@@ -171,3 +171,75 @@ def word_and_char_counts(offsets, data):
         words[d] = spaces + 1
         chars[d] = points
     return words, chars
+
+
+@njit(nogil=True, cache=True, aot=("u1[:], i8, i8",))
+def space_width(data, i, end):
+    """Bytes of the whitespace character at ``i`` (before ``end``), else 0. Whitespace is
+    ``collapse_whitespace``'s: what Python's ``str.split()`` splits on."""
+    c = data[i]
+    if c == 32 or 9 <= c <= 13 or 28 <= c <= 31:
+        return 1
+    if c == 0xC2:
+        if i + 1 < end and (data[i + 1] == 0x85 or data[i + 1] == 0xA0):
+            return 2
+        return 0
+    if 0xE1 <= c <= 0xE3 and i + 2 < end:
+        c1, c2 = data[i + 1], data[i + 2]
+        if (c == 0xE1 and c1 == 0x9A and c2 == 0x80) or (c == 0xE3 and c1 == 0x80 and c2 == 0x80) or \
+                (c == 0xE2 and ((c1 == 0x80 and (c2 <= 0x8A or c2 == 0xA8 or c2 == 0xA9 or c2 == 0xAF))
+                                or (c1 == 0x81 and c2 == 0x9F))):
+            return 3
+    return 0
+
+
+@njit(nogil=True, cache=True)
+def _space_before(out, w, w_start):
+    """Bytes of the whitespace character that ends at ``out[w - 1]`` (not before ``w_start``), else 0."""
+    for width in (1, 2, 3):
+        if w - width >= w_start and (out[w - width] & 0xC0) != 0x80:
+            return width if space_width(out, w - width, w) == width else 0
+    return 0
+
+
+@njit(nogil=True, cache=True, aot=("i8[:], u1[:], i8[:], i8[:]",))
+def cut_ranges(offsets, data, cut_offsets, cuts):
+    """Each text without its byte ranges: text ``d``'s ranges are ``cuts[cut_offsets[d]:cut_offsets[d + 1]]``,
+    flat pairs ``[s0, e0, s1, e1, ...]`` of byte offsets into the text, ascending and disjoint. Where a cut
+    leaves two separators side by side (whitespace runs), the one before it stays and the one after it
+    goes; at the start and at the end of a text, the separator a cut leaves goes.
+
+    Returns new ``(offsets int64[n + 1], data uint8[m'])``."""
+    n = offsets.shape[0] - 1
+    out = np.empty(offsets[n] - offsets[0], dtype=np.uint8)
+    out_off = np.empty(n + 1, dtype=np.int64)
+    out_off[0] = 0
+    w = 0
+    for d in range(n):
+        start, end = offsets[d], offsets[d + 1]
+        w_start = w
+        pos = start
+        cut_end = False
+        for q in range(cut_offsets[d], cut_offsets[d + 1], 2):
+            a, b = start + cuts[q], start + cuts[q + 1]
+            for i in range(pos, a):
+                out[w] = data[i]
+                w += 1
+            pos = b
+            cut_end = b >= end
+            if w == w_start or _space_before(out, w, w_start) > 0:
+                while pos < end:
+                    width = space_width(data, pos, end)
+                    if width == 0:
+                        break
+                    pos += width
+        for i in range(pos, end):
+            out[w] = data[i]
+            w += 1
+        if cut_end:
+            width = _space_before(out, w, w_start)
+            while width > 0:
+                w -= width
+                width = _space_before(out, w, w_start)
+        out_off[d + 1] = w
+    return out_off, out[:w]

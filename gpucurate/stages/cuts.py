@@ -1,0 +1,44 @@
+"""Byte ranges removed from texts: the removal stages (paragraphs, substrings) say which ranges of the
+original UTF-8 text go, and the text after removal is made here, for the part files and for ``export
+dataset``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..kernels.text import cut_ranges
+from .normalize import arrow_buffers, from_buffers
+
+
+def merge_ranges(*flat: list | None) -> list | None:
+    """The union of flat range lists ``[s0, e0, s1, e1, ...]`` (each ascending or not), as one ascending list
+    of disjoint ranges; None when there is none."""
+    pairs = sorted((a, b) for f in flat if f for a, b in zip(f[0::2], f[1::2]) if b > a)
+    out: list = []
+    for a, b in pairs:
+        if out and a <= out[-1]:
+            out[-1] = max(out[-1], b)
+        else:
+            out += [a, b]
+    return out or None
+
+
+def cut_texts(texts: pa.Array, cuts: pa.Array, unchanged_null: bool = True) -> pa.Array:
+    """``texts`` without the byte ranges ``cuts`` (``list<int64>`` per text: flat, ascending, disjoint
+    pairs; null or empty for none), with the separators left side by side folded (``kernels.text.
+    cut_ranges``). A text with no cut is null when ``unchanged_null``, else itself. Returns ``string[n]``."""
+    if isinstance(texts, pa.ChunkedArray):
+        texts = texts.combine_chunks()
+    if isinstance(cuts, pa.ChunkedArray):
+        cuts = cuts.combine_chunks()
+    has_cut = pc.fill_null(pc.greater(pc.list_value_length(cuts), 0), False)
+    offsets, data = arrow_buffers(texts)
+    values = cuts.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+    lengths = pc.fill_null(pc.list_value_length(cuts), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    cut_offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    out = from_buffers(*cut_ranges(offsets - offsets[0], data[offsets[0]:], cut_offsets, values)).cast(pa.string())
+    if unchanged_null:
+        return pc.if_else(has_cut, out, pa.scalar(None, pa.string()))
+    return pc.if_else(has_cut, out, texts.cast(pa.string()))
