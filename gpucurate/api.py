@@ -21,8 +21,7 @@ from .engine.backend import select
 from .config import Config, InputConfig, resolve_config
 from .errors import InputError
 from .engine.executor import Executor
-from .io.writer import PARAGRAPH_CUTS
-from .stages.paragraphs import apply_cuts
+from .stages.cuts import output_annotations
 from .io.reader import NARROW_META, ROW_BITS, id_columns, plan_partitions, read_documents, timestamps_of
 from .workflows.run import Timer, deduplicate
 
@@ -61,15 +60,7 @@ def _to_narrow(df: pd.DataFrame, cfg: InputConfig, partition_info=None) -> pd.Da
 def _attach(df: pd.DataFrame, parts: list, text_field: str, partition_info=None) -> pd.DataFrame:
     ann = parts[partition_info["number"] if partition_info else 0]
     out = df.copy(deep=False)
-    for col in ann.column_names:
-        values = ann.column(col)
-        if col == PARAGRAPH_CUTS:  # byte ranges -> the text after paragraph dedup
-            col = "paragraph_text"
-            if values.null_count == len(values):
-                values = pa.nulls(len(values), pa.string())
-            else:
-                values = apply_cuts(pa.array(df[text_field], type=pa.string(), from_pandas=True),
-                                    values.combine_chunks())
+    for col, values in zip(*output_annotations(ann, pa.array(df[text_field], type=pa.string(), from_pandas=True))):
         out[col] = values.to_pandas().to_numpy()
     return out
 

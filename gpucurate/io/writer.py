@@ -40,8 +40,6 @@ from .reader import LoadedPartition, PartitionSpec, check_annotation_clash, load
 ANNOTATIONS_DIR = "annotations"
 #: the completion marker of an output directory, written last (pyarrow.dataset ignores ``_`` names)
 MARKER = "_SUCCESS"
-#: annotation column of byte ranges that write_partition turns into ``paragraph_text``
-PARAGRAPH_CUTS = "_paragraph_cuts"
 #: schema metadata of the annotation table: the type (``int64``/``string``) of the user's id column in every
 #: part file, decided for the whole run (``table.unify_ids``)
 ID_TYPE_KEY = b"gpucurate.id_type"
@@ -340,13 +338,8 @@ def write_partition(spec: PartitionSpec, cfg: Config, annotations: pa.Table, ord
             "doc_id").type)
         i = table.schema.get_field_index(cfg.input.id_field)
         table = table.set_column(i, cfg.input.id_field, run_id_column(spec, part, cfg.input, integer))
-    for name in annotations.column_names:
-        column = annotations.column(name)
-        if name == PARAGRAPH_CUTS:  # byte ranges to remove -> the text after paragraph dedup
-            from ..stages.paragraphs import apply_cuts
-            name = "paragraph_text"
-            column = pa.nulls(len(column), pa.string()) if column.null_count == len(column) else apply_cuts(
-                table.column(cfg.input.text_field).combine_chunks(), column.combine_chunks())
+    from ..stages.cuts import output_annotations
+    for name, column in zip(*output_annotations(annotations, table.column(cfg.input.text_field))):
         table = table.append_column(prefix + name, column)
     path = os.path.join(out_dir, ANNOTATIONS_DIR, f"part-{spec.index:05d}.parquet")
     pq.write_table(table, path, compression=_compression(cfg))

@@ -13,7 +13,8 @@ from ..engine.tasks import delayed
 from .contamination import CONTAMINATION_COLUMNS, ContaminationResult
 from .exact import ExactResult
 from .fuzzy import FuzzyResult
-from ..io.writer import ID_TYPE_KEY, PARAGRAPH_CUTS
+from ..io.writer import ID_TYPE_KEY
+from .cuts import PARAGRAPH_CUTS, SUBSTRING_CUTS
 from .paragraphs import ParagraphResult
 from .quality import QualityResult
 from .semantic import SemanticResult
@@ -165,6 +166,10 @@ def annotation_columns(rows, exact_canon, fuzzy_canon, final, ids, exact_ids, fu
         # byte ranges removed by the paragraphs stage; the writer turns them into paragraph_text
         PARAGRAPH_CUTS: pa.nulls(n, type=pa.list_(pa.int64())),
         "paragraph_chars_removed": pa.array(np.zeros(n, np.int64)),
+        # the substrings stage's repeated spans and the byte ranges it removes (-> substring_text)
+        "substring_spans": pa.nulls(n, type=pa.list_(pa.int64())),
+        SUBSTRING_CUTS: pa.nulls(n, type=pa.list_(pa.int64())),
+        "substring_chars_removed": pa.array(np.zeros(n, np.int64)),
     }, metadata={ID_TYPE_KEY: b"int64" if int_ids else b"string"})  # the user's id column's type in the parts
 
 

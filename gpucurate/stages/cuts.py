@@ -8,8 +8,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..config import ANNOTATION_COLUMNS
 from ..kernels.text import cut_ranges
 from .normalize import arrow_buffers, from_buffers
+
+#: annotation columns of byte ranges to remove, which ``output_annotations`` turns into ``paragraph_text``
+#: and ``substring_text`` (and, together, ``removed_spans``)
+PARAGRAPH_CUTS = "_paragraph_cuts"
+SUBSTRING_CUTS = "_substring_cuts"
 
 
 def merge_ranges(*flat: list | None) -> list | None:
@@ -42,3 +48,27 @@ def cut_texts(texts: pa.Array, cuts: pa.Array, unchanged_null: bool = True) -> p
     if unchanged_null:
         return pc.if_else(has_cut, out, pa.scalar(None, pa.string()))
     return pc.if_else(has_cut, out, texts.cast(pa.string()))
+
+
+def output_annotations(annotations: pa.Table, texts: pa.Array) -> tuple[list, list]:
+    """The annotation columns as the part files hold them, in ``ANNOTATION_COLUMNS`` order: the removal
+    stages' byte ranges (``_paragraph_cuts``, ``_substring_cuts``) become ``paragraph_text`` (blank-line runs
+    folded, as ``paragraphs.apply_cuts``), ``substring_text`` and ``removed_spans``, their union. ``texts``:
+    the original texts of the rows. Returns ``(names, columns)``."""
+    from .paragraphs import apply_cuts
+    n = annotations.num_rows
+    paragraph = annotations.column(PARAGRAPH_CUTS).combine_chunks()
+    substring = annotations.column(SUBSTRING_CUTS).combine_chunks()
+    made = {"paragraph_text": pa.nulls(n, pa.string()), "substring_text": pa.nulls(n, pa.string()),
+            "removed_spans": pa.nulls(n, pa.list_(pa.int64()))}
+    if paragraph.null_count < n or substring.null_count < n:
+        texts = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
+        if paragraph.null_count < n:
+            made["paragraph_text"] = apply_cuts(texts, paragraph)
+        if substring.null_count < n:
+            made["substring_text"] = cut_texts(texts, substring)
+        made["removed_spans"] = pa.array([merge_ranges(a, b) for a, b in zip(paragraph.to_pylist(),
+                                                                             substring.to_pylist())],
+                                         pa.list_(pa.int64()))
+    columns = [made[name] if name in made else annotations.column(name) for name in ANNOTATION_COLUMNS]
+    return list(ANNOTATION_COLUMNS), columns
