@@ -260,6 +260,22 @@ class ParagraphsConfig:
 
 
 @dataclass
+class SubstringsConfig:
+    """Exact-substring dedup of the kept documents: runs of at least `min_tokens` units repeated anywhere
+    in the corpus are annotated as byte spans, and all copies but the first removed (Lee et al. 2022)."""
+
+    enabled: bool = False
+    #: word: the words of the text; char: its non-whitespace code points (CJK); null -> fuzzy.shingle
+    unit: Optional[str] = _choice(None, None, "word", "char")
+    #: units in a window: a unit is repeated when a window of this many units covering it occurs twice
+    min_tokens: int = 50
+    #: first: the first occurrence of each window (input order, then position) stays; none: every copy goes
+    keep: str = _choice("first", "first", "none")
+    #: a document left with fewer characters is dropped (drop_stage substrings)
+    min_doc_chars: int = 50
+
+
+@dataclass
 class ChunksConfig:
     """Chunks of canonical documents for a RAG index (``ingest``/``export`` to pgvector): paragraphs packed
     up to `max_tokens`, deduplicated across the corpus (exact, then fuzzy at `threshold`)."""
@@ -349,6 +365,7 @@ class Config:
     semantic: SemanticConfig = field(default_factory=SemanticConfig)
     contamination: ContaminationConfig = field(default_factory=ContaminationConfig)
     paragraphs: ParagraphsConfig = field(default_factory=ParagraphsConfig)
+    substrings: SubstringsConfig = field(default_factory=SubstringsConfig)
     chunks: ChunksConfig = field(default_factory=ChunksConfig)
     canonical: CanonicalConfig = field(default_factory=CanonicalConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
@@ -406,6 +423,8 @@ class Config:
         if pg.sentences < 1 or pg.max_occurrences < 1 or pg.min_span_chars < 0 or pg.min_doc_chars < 0:
             raise ConfigError("paragraphs.sentences and max_occurrences must be >= 1, min_span_chars and "
                               "min_doc_chars >= 0")
+        if self.substrings.min_tokens < 1 or self.substrings.min_doc_chars < 0:
+            raise ConfigError("substrings.min_tokens must be >= 1 and substrings.min_doc_chars >= 0")
         if self.fuzzy.min_length < 0:
             raise ConfigError(f"fuzzy.min_length must be >= 0, got {self.fuzzy.min_length}")
         if self.input.partition_bytes < 1024 or self.input.partition_rows < 1:
@@ -461,7 +480,8 @@ def _check_value(key: str, value: Any, tp: Any, meta) -> Any:
             raise ConfigError(f"{key} must be a list of strings, got {value!r}")
     choices = meta.get("choices")
     if choices and value not in choices:
-        raise ConfigError(f"{key} must be one of {', '.join(choices)}; got {value!r}")
+        raise ConfigError(f"{key} must be one of {', '.join('null' if c is None else c for c in choices)}; "
+                              f"got {value!r}")
     return value
 
 

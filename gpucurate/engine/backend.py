@@ -23,6 +23,7 @@ class Backend:
     pairs: ModuleType  # bucket_pairs, jaccard_pairs, signature_agreement, components
     semantic: ModuleType  # kmeans_fit, assign, cluster_pairs, greedy_keep
     gates: ModuleType  # quality_stats, ngram_matches, paragraph_spans
+    substrings: ModuleType  # window_hashes, repeated_windows
     torch_device: str = "cpu"
     #: the device's arrays and transfer ledger (GPU backend only)
     arrays: object = None
@@ -37,7 +38,7 @@ def select(name: str = "auto") -> Backend:
     CPU. ``auto`` never picks numba's CUDA simulator.
     """
     from ..device import simulated
-    from ..kernels import gates, minhash, pairs, semantic
+    from ..kernels import gates, minhash, pairs, semantic, substrings
     if name not in ("auto", "cpu", "gpu"):
         raise ConfigError(f"run.backend must be auto, cpu or gpu; got {name!r}")
     if name == "gpu" or (name == "auto" and not simulated() and _cuda_visible()):
@@ -48,11 +49,11 @@ def select(name: str = "auto") -> Backend:
             if name == "gpu":
                 raise ConfigError(f"run.backend=gpu: {exc} (use --backend cpu)") from None
             log.warning("a GPU is visible but not usable, running on the CPU: %s", exc)
-            return Backend("cpu", minhash, pairs, semantic, gates)
+            return Backend("cpu", minhash, pairs, semantic, gates, substrings)
         from ..device import host_api
         host_api.bind(dev)
-        return Backend("gpu", host_api, host_api, semantic, host_api, "cpu" if dev.simulated else "cuda", dev)
-    return Backend("cpu", minhash, pairs, semantic, gates)
+        return Backend("gpu", host_api, host_api, semantic, host_api, host_api, "cpu" if dev.simulated else "cuda", dev)
+    return Backend("cpu", minhash, pairs, semantic, gates, substrings)
 
 
 def _cuda_visible() -> bool:

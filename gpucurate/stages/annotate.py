@@ -16,6 +16,7 @@ from .fuzzy import FuzzyResult
 from ..io.writer import ID_TYPE_KEY
 from .cuts import PARAGRAPH_CUTS, SUBSTRING_CUTS
 from .paragraphs import ParagraphResult
+from .substrings import SubstringResult
 from .quality import QualityResult
 from .semantic import SemanticResult
 from .table import DocParts, DocTable, id_array
@@ -241,17 +242,31 @@ def _annotate_part(state: dict, first_row: int, fuzzy_canon, final, fuzzy_of, fi
 
 def apply_paragraphs(annotations: pa.Table, paragraphs: ParagraphResult, out: OutputConfig) -> pa.Table:
     """Add the paragraphs stage's cuts and counts; documents it drops lose ``keep`` and ``weight``."""
+    return _apply_removal(annotations, "paragraphs", paragraphs.drop, paragraphs.drop_reason, {
+        PARAGRAPH_CUTS: pa.array(paragraphs.cuts, type=pa.list_(pa.int64())),
+        "paragraph_chars_removed": pa.array(paragraphs.chars_removed)})
+
+
+def apply_substrings(annotations: pa.Table, substrings: SubstringResult, out: OutputConfig) -> pa.Table:
+    """Add the substrings stage's spans, cuts and counts; documents it drops lose ``keep`` and ``weight``."""
+    return _apply_removal(annotations, "substrings", substrings.drop, substrings.drop_reason, {
+        "substring_spans": pa.array(substrings.spans, type=pa.list_(pa.int64())),
+        SUBSTRING_CUTS: pa.array(substrings.cuts, type=pa.list_(pa.int64())),
+        "substring_chars_removed": pa.array(substrings.chars_removed)})
+
+
+def _apply_removal(annotations: pa.Table, stage_name: str, drop: np.ndarray, drop_reason: np.ndarray,
+                   columns: dict) -> pa.Table:
+    """``columns`` set, and the kept documents in ``drop`` dropped by ``stage_name`` with their reasons."""
     keep = np.asarray(annotations.column("keep"))
-    dropped = paragraphs.drop & keep
+    dropped = drop & keep
     stage = annotations.column("drop_stage").to_numpy(zero_copy_only=False).astype(object)
     reason = annotations.column("drop_reason").to_numpy(zero_copy_only=False).astype(object)
-    stage[dropped] = "paragraphs"
-    reason[dropped] = paragraphs.drop_reason[dropped]
+    stage[dropped] = stage_name
+    reason[dropped] = drop_reason[dropped]
     weight = np.where(dropped, 0.0, np.asarray(annotations.column("weight")))
     columns = {"keep": pa.array(keep & ~dropped), "drop_stage": pa.array(stage, type=pa.string()),
-               "drop_reason": pa.array(reason, type=pa.string()), "weight": pa.array(weight),
-               PARAGRAPH_CUTS: pa.array(paragraphs.cuts, type=pa.list_(pa.int64())),
-               "paragraph_chars_removed": pa.array(paragraphs.chars_removed)}
+               "drop_reason": pa.array(reason, type=pa.string()), "weight": pa.array(weight), **columns}
     for name, column in columns.items():
         annotations = annotations.set_column(annotations.schema.get_field_index(name), name, column)
     return annotations

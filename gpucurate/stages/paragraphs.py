@@ -110,16 +110,16 @@ class ParagraphDedup:
     #: spans per bucket of the exchange by span hash
     spans_per_bucket = 2_000_000
 
-    def collect(self, ddf, table, executor: Executor, apply) -> tuple:
+    def collect(self, ddf, table, kept: list, executor: Executor, apply) -> tuple:
         """Repeated spans of the kept documents, found by an exchange on the span hash; each partition of
         ``table`` (``DocParts`` with ``annotations``) then gets its cuts, and ``apply(annotations,
-        ParagraphResult) -> annotations`` with them. Returns ``(table, stats)``."""
+        ParagraphResult) -> annotations`` with them. ``kept``: per partition, a task of its bool mask of the
+        documents that count. Returns ``(table, stats)``."""
         cfg = self.cfg
         offs = table.part_offsets
         delayed_parts = ddf.to_delayed()
         sizes = executor.compute([delayed(_span_count)(p) for p in delayed_parts], "paragraphs: count spans")
         n_buckets = max(1, -(-int(sum(sizes)) // self.spans_per_bucket))
-        kept = table.map(_kept)
         inputs = [(p, kept[q], int(offs[q])) for q, p in enumerate(delayed_parts)]
         by_hash = exchange(executor, _spans_by_hash, inputs, n_buckets, cfg.min_span_chars, desc="paragraphs: split")
         buckets = [delayed(_repeated_spans)(pieces, cfg.max_occurrences, cfg.keep) for pieces in by_hash]
@@ -143,12 +143,8 @@ class ParagraphDedup:
         return table, stats
 
 
-def _kept(state: dict, first_row: int) -> np.ndarray:
-    return np.asarray(state["annotations"].column("keep"))
-
-
 def _apply_cuts(state: dict, first_row: int, cut: dict, *, apply) -> dict:
-    kept = _kept(state, first_row)
+    kept = np.asarray(state["annotations"].column("keep"))
     result = ParagraphResult(cut["cuts"], cut["chars_removed"], cut["drop"], cut["reason"], {})
     return {"annotations": apply(state["annotations"], result),
             "paragraph_counts": {"chars_removed": int(cut["chars_removed"].sum()),

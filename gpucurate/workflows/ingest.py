@@ -80,9 +80,10 @@ def resolve_ingest_config(state: State, config, overrides) -> Config:
                               "built with other values); start a new state for that")
     if not cfg.exact.enabled:
         raise ConfigError("ingest needs exact.enabled (the state keys documents with the same text as one)")
-    if cfg.paragraphs.enabled:
-        raise ConfigError("ingest does not support paragraphs.enabled (paragraph dedup rewrites texts of "
-                          "already indexed documents)")
+    for stage in ("paragraphs", "substrings"):
+        if getattr(cfg, stage).enabled:
+            raise ConfigError(f"ingest does not support {stage}.enabled ({stage} dedup rewrites texts of "
+                              "already indexed documents)")
     if cfg.semantic.keep in ("nearest", "farthest"):
         raise ConfigError("ingest compares embeddings exhaustively, without k-means centroids: semantic.keep "
                           "must be policy, first, earliest or longest")

@@ -64,9 +64,10 @@ def _configs(summary: dict, overrides) -> tuple[Config, Config, list[str]]:
     if fixed:
         raise ConfigError(f"rethreshold cannot change {', '.join(fixed)} (only {', '.join(CHANGEABLE)}); "
                           "run the pipeline again for that")
-    if old.paragraphs.enabled:
-        raise ConfigError("rethreshold does not support runs with paragraphs.enabled (which paragraphs are "
-                          "dropped depends on which documents are kept); run the pipeline again")
+    for stage in ("paragraphs", "substrings"):
+        if getattr(old, stage).enabled:
+            raise ConfigError(f"rethreshold does not support runs with {stage}.enabled (which spans are removed "
+                              "depends on which documents are kept); run the pipeline again")
     return old, new, changed
 
 

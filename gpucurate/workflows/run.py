@@ -21,7 +21,7 @@ from .._version import __version__
 from ..review.samples import texts_by_id
 from ..review.report import (REPORT_COLUMNS, ClusterSamples, cluster_samples, clusters_of_part, members_of_part,
                              write_report)
-from ..stages.annotate import alias_table, annotate_parts, apply_paragraphs, edge_batches
+from ..stages.annotate import alias_table, annotate_parts, apply_paragraphs, apply_substrings, edge_batches
 from ..engine.backend import select
 from ..config import Config, annotation_names, resolve_config
 from ..engine.executor import Executor, quiet_logs
@@ -36,6 +36,7 @@ from ..stages.fuzzy import FuzzyDedup, FuzzyResult
 from ..stages.normalize import Normalize
 from ..stages.paragraphs import ParagraphDedup
 from ..stages.quality import QualityGate, QualityResult
+from ..stages.substrings import SubstringDedup
 from ..stages.semantic import SemanticDedup, SemanticResult, semantic_enabled, write_embeddings
 from ..stages.table import DocParts, RowKeys
 
@@ -211,6 +212,7 @@ class DedupResult:
     quality_limits: dict | None
     contamination: GateOutput | None
     paragraphs: dict | None  # the paragraph stage's stats
+    substrings: dict | None  # the substrings stage's stats
     counts: dict
 
 
@@ -224,6 +226,7 @@ class Prepared:
     quality_limits: dict | None
     contamination_gate: ContaminationGate
     paragraph_stage: ParagraphDedup
+    substring_stage: SubstringDedup
 
     def quality(self, executor: Executor) -> QualityResult | None:
         """The quality columns as arrays in this process (ingest keeps its collection there)."""
@@ -247,13 +250,16 @@ def prepare(narrow_ddf, cfg: Config, executor: Executor, backend, describe=None)
     paragraph_stage = ParagraphDedup(cfg.paragraphs, backend)
     if cfg.paragraphs.enabled:
         ddf = paragraph_stage.run(ddf)
+    substring_stage = SubstringDedup(cfg.substrings, (cfg.substrings.unit or cfg.fuzzy.shingle) == "char", backend)
+    if cfg.substrings.enabled:
+        ddf = substring_stage.run(ddf)
     ddf = executor.persist(Normalize(cfg.normalize).run(ddf, threads), "read+normalize")
     table = DocParts.collect(ddf, executor, cfg.input.on_duplicate_id, describe)
     limits = None
     if quality_gate.rules:
         table = table.update(executor, _quality_columns, "quality: collect", ddf.to_delayed())
         limits = quality_gate.limits()
-    return Prepared(ddf, table, limits, contamination_gate, paragraph_stage)
+    return Prepared(ddf, table, limits, contamination_gate, paragraph_stage, substring_stage)
 
 
 def _quality_columns(state: dict, first_row: int, df) -> dict:
@@ -271,7 +277,7 @@ def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Tim
         prep = prepare(narrow_ddf, cfg, executor, backend, describe)
         stage.documents = prep.table.n  # what the later stages' lines count
     ddf, table = prep.ddf, prep.table
-    contamination_gate, paragraph_stage = prep.contamination_gate, prep.paragraph_stage
+    contamination_gate = prep.contamination_gate
     resident = _resident(cfg, backend, executor)
     with timer("exact"):
         table, exact_duplicates = ExactDedup(cfg, backend).run(ddf, table, executor, resident)
@@ -296,14 +302,24 @@ def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Tim
     with timer("annotate"):
         table = annotate_parts(table, executor, cfg.output, fuzzy is not None, semantic is not None,
                                prep.quality_limits, fuzzy.score_kind if fuzzy is not None else "jaccard")
-    paragraphs = None
+    paragraphs = substrings = None
+    if cfg.paragraphs.enabled or cfg.substrings.enabled:  # both count the documents kept by annotation
+        kept = executor.persist_tasks(table.map(_kept), "kept documents")
     if cfg.paragraphs.enabled:
         with timer("paragraphs"):
-            table, paragraphs = paragraph_stage.collect(ddf, table, executor,
-                                                        functools.partial(apply_paragraphs, out=cfg.output))
+            table, paragraphs = prep.paragraph_stage.collect(ddf, table, kept, executor,
+                                                             functools.partial(apply_paragraphs, out=cfg.output))
+    if cfg.substrings.enabled:
+        with timer("substrings"):
+            table, substrings = prep.substring_stage.collect(ddf, table, kept, executor,
+                                                             functools.partial(apply_substrings, out=cfg.output))
     counts = partition_counts(table, executor, exact_duplicates, prep.quality_limits is not None)
     return DedupResult(table, fuzzy, semantic, counts.pop("quality"), prep.quality_limits, contamination,
-                       paragraphs, counts)
+                       paragraphs, substrings, counts)
+
+
+def _kept(state: dict, first_row: int) -> np.ndarray:
+    return np.asarray(state["annotations"].column("keep"))
 
 
 def _canonical_with_text(state: dict, first_row: int) -> np.ndarray:
@@ -413,14 +429,17 @@ def stage_counts(cfg: Config, result: DedupResult, files: int, partitions: int) 
                                   remaining=remaining - result.semantic.stats["duplicates"])
     else:
         stages["semantic"] = {"enabled": False, "duplicates": 0, "remaining": remaining}
+    removal_drops = sum(r["dropped"] for r in (result.paragraphs, result.substrings) if r is not None)
     if result.contamination is not None:
-        stages["contamination"] = dict(result.contamination.stats, enabled=True, remaining=keep + (
-            result.paragraphs["dropped"] if result.paragraphs is not None else 0))
+        stages["contamination"] = dict(result.contamination.stats, enabled=True, remaining=keep + removal_drops)
     else:
         stages["contamination"] = {"enabled": False, "contaminated_documents": 0, "dropped": 0,
                                    "remaining": stages["semantic"]["remaining"]}
-    stages["paragraphs"] = dict(result.paragraphs, enabled=True, remaining=keep) \
+    stages["paragraphs"] = dict(result.paragraphs, enabled=True, remaining=keep + (
+        result.substrings["dropped"] if result.substrings is not None else 0)) \
         if result.paragraphs is not None else {"enabled": False, "dropped": 0}
+    stages["substrings"] = dict(result.substrings, enabled=True, remaining=keep) \
+        if result.substrings is not None else {"enabled": False, "dropped": 0}
     return stages
 
 

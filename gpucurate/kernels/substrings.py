@@ -1,0 +1,338 @@
+"""CPU kernels of the exact-substring stage (``stages.substrings``), over Arrow string buffers.
+
+The contract (mirrored by ``stages.substrings.reference_units`` and ``reference_spans``):
+
+* Units are the original text's words (maximal runs of non-whitespace, whitespace as ``str.split``) or,
+  in char mode, its non-whitespace code points; each unit is normalized on its own (NFKC, lowercase and
+  the final-sigma fold of ``stages.normalize``) and hashed twice, with ``hash_bytes`` under ``UNIT_SEED_A``
+  and ``UNIT_SEED_B``: 128 bits a unit.
+* A window is ``k`` consecutive units of one text. Its two lanes are polynomials of the units' hashes,
+  ``A = sum_j a_j * BASE_A ** (k - 1 - j)`` and ``B`` likewise with ``BASE_B`` (mod 2**64), and its key is
+  ``(fmix64(A), fmix64(B))``: 128 bits. Here the lanes roll from one window to the next; the CUDA kernel
+  computes each by Horner's rule, which gives the same bits (``window_lane``).
+* A bucket's windows arrive in corpus order; ``repeated_windows`` finds the keys seen at least twice and
+  says, for each of their windows, whether it is the key's first occurrence.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .hashing import U64, fmix64, hash_bytes
+from .jit import njit
+from .text import space_width
+
+UNIT_SEED_A = U64(0x5B57A001)
+UNIT_SEED_B = U64(0x5B57B002)
+BASE_A = U64(0x9E3779B97F4A7C15)
+BASE_B = U64(0xC2B2AE3D27D4EB4F)
+#: bits of a window's ``hi`` key that pick its sub-bucket inside a bucket task (cache-sized hash tables)
+SUB_BITS = 12
+
+
+def define_window_functions(jit):
+    """``window_lane(h, start, k, base)``: ``sum_j h[start + j] * base ** (k - 1 - j)`` by Horner's rule,
+    compiled with ``jit`` (the CUDA kernel's definition of a lane)."""
+
+    @jit
+    def window_lane(h, start, k, base):
+        acc = U64(0)
+        for j in range(k):
+            acc = acc * base + h[start + j]
+        return acc
+
+    return window_lane
+
+
+@njit(nogil=True, cache=True, aot=("i8[:], u1[:], b1",))
+def unit_spans(offsets, data, char_mode):
+    """Byte spans of every unit. Returns ``(start int64[u], end int64[u], cursor int64[n + 1], ascii bool[u])``:
+    offsets into ``data``; text ``d`` owns units ``cursor[d]:cursor[d + 1]``; ``ascii``: the unit is ASCII
+    (its normal form is its lowercase)."""
+    n = offsets.shape[0] - 1
+    cap = max(16, (offsets[n] - offsets[0]) // 2 + n + 1)
+    start = np.empty(cap, np.int64)
+    end = np.empty(cap, np.int64)
+    ascii = np.empty(cap, np.bool_)
+    cursor = np.empty(n + 1, np.int64)
+    cursor[0] = 0
+    u = 0
+    for d in range(n):
+        i, stop = offsets[d], offsets[d + 1]
+        while i < stop:
+            width = space_width(data, i, stop)
+            if width > 0:
+                i += width
+                continue
+            if u == cap:
+                cap *= 2
+                start = _grown(start, cap)
+                end = _grown(end, cap)
+                ascii = _grown(ascii, cap)
+            start[u] = i
+            high = 0
+            if char_mode:
+                c = data[i]
+                i += 1 if c < 0x80 else 2 if c < 0xE0 else 3 if c < 0xF0 else 4
+                high = c
+            else:
+                while i < stop:
+                    c = data[i]
+                    if (c < 0x80 and c != 32 and not (9 <= c <= 13) and not (28 <= c <= 31)) or \
+                            (c >= 0x80 and space_width(data, i, stop) == 0):
+                        high |= c
+                        i += 1
+                    else:
+                        break
+            end[u] = min(i, stop)
+            ascii[u] = high < 0x80
+            u += 1
+        cursor[d + 1] = u
+    return start[:u], end[:u], cursor, ascii[:u]
+
+
+@njit(nogil=True, cache=True)
+def _grown(a, cap):
+    out = np.empty(cap, a.dtype)
+    out[:a.shape[0]] = a
+    return out
+
+
+@njit(nogil=True, cache=True, aot=("u8[:], i8[:], i8[:], b1[:], i8[:], u8[:]",))
+def unit_hashes(lower_words, start, end, ascii, other_offsets, other_words):
+    """Two 64-bit hashes of every unit's normal form: an ASCII unit's bytes in ``lower_words`` (the text
+    with A-Z lowercased, ``hashing.padded_words``), the others' normal forms in ``other_*``, in unit order.
+    Returns ``(a uint64[u], b uint64[u])``."""
+    u = start.shape[0]
+    a = np.empty(u, np.uint64)
+    b = np.empty(u, np.uint64)
+    j = 0
+    for q in range(u):
+        if ascii[q]:
+            a[q] = hash_bytes(lower_words, start[q], end[q], UNIT_SEED_A)
+            b[q] = hash_bytes(lower_words, start[q], end[q], UNIT_SEED_B)
+        else:
+            a[q] = hash_bytes(other_words, other_offsets[j], other_offsets[j + 1], UNIT_SEED_A)
+            b[q] = hash_bytes(other_words, other_offsets[j], other_offsets[j + 1], UNIT_SEED_B)
+            j += 1
+    return a, b
+
+
+def window_counts(cursor: np.ndarray, k: int) -> np.ndarray:
+    """``int64[n + 1]``: text ``d`` owns windows ``w[d]:w[d + 1]`` (a text of fewer than ``k`` units has none)."""
+    per_text = np.maximum(np.diff(cursor) - k + 1, 0)
+    return np.concatenate(([0], np.cumsum(per_text))).astype(np.int64)
+
+
+@njit(nogil=True, cache=True, aot=("u8[:], u8[:], i8[:], i8[:], i8",))
+def window_hashes(a, b, cursor, win_cursor, k):
+    """Keys ``(hi uint64[w], lo uint64[w])`` of every window, text by text (``win_cursor``: ``window_counts``),
+    the lanes rolled: ``A' = (A - a_p * BASE_A ** (k - 1)) * BASE_A + a_(p + k)``, all mod 2**64."""
+    n = cursor.shape[0] - 1
+    w = win_cursor[n]
+    hi = np.empty(w, np.uint64)
+    lo = np.empty(w, np.uint64)
+    top_a = U64(1)
+    top_b = U64(1)
+    for _ in range(k - 1):
+        top_a *= BASE_A
+        top_b *= BASE_B
+    for d in range(n):
+        first, count = cursor[d], win_cursor[d + 1] - win_cursor[d]
+        if count == 0:
+            continue
+        la = U64(0)
+        lb = U64(0)
+        for j in range(k):
+            la = la * BASE_A + a[first + j]
+            lb = lb * BASE_B + b[first + j]
+        out = win_cursor[d]
+        hi[out] = fmix64(la)
+        lo[out] = fmix64(lb)
+        for p in range(1, count):
+            la = (la - a[first + p - 1] * top_a) * BASE_A + a[first + p + k - 1]
+            lb = (lb - b[first + p - 1] * top_b) * BASE_B + b[first + p + k - 1]
+            hi[out + p] = fmix64(la)
+            lo[out + p] = fmix64(lb)
+    return hi, lo
+
+
+def bucket_of(hi: np.ndarray, n_buckets: int) -> np.ndarray:
+    """int64: the bucket of each key, from its top 32 bits (``(hi >> 32) * n_buckets >> 32``)."""
+    return ((hi >> U64(32)) * U64(n_buckets) >> U64(32)).astype(np.int64)
+
+
+@njit(nogil=True, cache=True, aot=("i8[:], i8",))
+def counting_order(bucket, n_buckets):
+    """Stable order of ``bucket`` (int64 in ``[0, n_buckets)``) and its cut points: ``(order int64[m],
+    cuts int64[n_buckets + 1])``; an O(m) counting sort (``np.argsort`` of a split cost most of it)."""
+    cuts = np.zeros(n_buckets + 1, np.int64)
+    for x in bucket:
+        cuts[x + 1] += 1
+    for b in range(n_buckets):
+        cuts[b + 1] += cuts[b]
+    fill = cuts[:-1].copy()
+    order = np.empty(bucket.shape[0], np.int64)
+    for i in range(bucket.shape[0]):
+        order[fill[bucket[i]]] = i
+        fill[bucket[i]] += 1
+    return order, cuts
+
+
+@njit(nogil=True, cache=True, aot=("u8[:], u8[:]",))
+def repeated_windows(hi, lo):
+    """The windows of one bucket (in corpus order) whose key occurs at least twice.
+
+    Returns ``(index int64[h], removable bool[h], count int32[h], distinct int64)``: each such window's
+    position in the input, whether it is not its key's first occurrence, how often its key occurs, and the
+    number of distinct keys. Sub-buckets by the low ``SUB_BITS`` bits of ``hi`` keep each open-addressing
+    table in cache; the counting sort into them is stable, so a table sees a key's first occurrence first.
+    """
+    m = hi.shape[0]
+    subs = 1 << SUB_BITS
+    mask = U64(subs - 1)
+    sub = np.empty(m, np.int64)
+    for i in range(m):
+        sub[i] = np.int64(hi[i] & mask)
+    order, cuts = counting_order(sub, subs)
+    largest = 1
+    for s in range(subs):
+        largest = max(largest, cuts[s + 1] - cuts[s])
+    size = 16
+    while size < 2 * largest:
+        size *= 2
+    slot_hi = np.empty(size, np.uint64)
+    slot_lo = np.empty(size, np.uint64)
+    slot_first = np.empty(size, np.int64)
+    slot_count = np.zeros(size, np.int32)
+    where = np.empty(m, np.int64)  # each window's slot, in order
+    index = np.empty(m, np.int64)
+    removable = np.empty(m, np.bool_)
+    count = np.empty(m, np.int32)
+    h = 0
+    distinct = 0
+    for s in range(subs):
+        lo_cut, hi_cut = cuts[s], cuts[s + 1]
+        if hi_cut == lo_cut:
+            continue
+        table = 16
+        while table < 2 * (hi_cut - lo_cut):
+            table *= 2
+        tmask = U64(table - 1)
+        slot_count[:table] = 0
+        for q in range(lo_cut, hi_cut):
+            i = order[q]
+            x = (hi[i] >> U64(SUB_BITS)) & tmask
+            while True:
+                if slot_count[x] == 0:
+                    slot_hi[x], slot_lo[x], slot_first[x], slot_count[x] = hi[i], lo[i], i, 1
+                    distinct += 1
+                    break
+                if slot_hi[x] == hi[i] and slot_lo[x] == lo[i]:
+                    slot_count[x] += 1
+                    break
+                x = (x + U64(1)) & tmask
+            where[q] = np.int64(x)
+        for q in range(lo_cut, hi_cut):
+            x = where[q]
+            if slot_count[x] >= 2:
+                i = order[q]
+                index[h] = i
+                removable[h] = slot_first[x] != i
+                count[h] = slot_count[x]
+                h += 1
+    return index[:h], removable[:h], count[:h], distinct
+
+
+@njit(nogil=True, cache=True, aot=("i8[:], i8[:], b1[:], i4[:], i8, b1",))
+def covered_spans(cursor, hit_unit, removable, count, k, keep_none):
+    """Spans of one partition's texts from its repeated windows.
+
+    Parameters
+    ----------
+    cursor : int64[n + 1] -- text d owns units ``cursor[d]:cursor[d + 1]``.
+    hit_unit, removable, count : one per repeated window: its first unit (an index into the partition's
+        units), whether it is not its key's first occurrence, how often the key occurs.
+    k : units a window; keep_none : every repeated unit is removable (``keep: none``).
+
+    Returns
+    -------
+    ``(rep, cut)``: the maximal runs of repeated units and of removable units, each a tuple ``(first, last,
+    text, top, top_at)`` of int64 arrays ascending by unit: first and last unit, text, and the largest
+    count of a window starting in the run with that window's first unit.
+    """
+    units = cursor[cursor.shape[0] - 1]
+    rep = np.zeros(units + 1, np.int32)
+    cut = np.zeros(units + 1, np.int32)
+    best = np.zeros(units, np.int64)
+    for h in range(hit_unit.shape[0]):
+        u = hit_unit[h]
+        rep[u] += 1
+        rep[u + k] -= 1
+        if removable[h] or keep_none:
+            cut[u] += 1
+            cut[u + k] -= 1
+        best[u] = max(best[u], count[h])
+    return _runs(cursor, rep, best), _runs(cursor, cut, best)
+
+
+@njit(nogil=True, cache=True)
+def _runs(cursor, diff, best):
+    """Maximal runs of units, within each text, where the running sum of ``diff`` is positive (a window
+    ends where the next one of its text could start, so the sum runs across texts)."""
+    n = cursor.shape[0] - 1
+    cap = 16
+    first = np.empty(cap, np.int64)
+    last = np.empty(cap, np.int64)
+    text = np.empty(cap, np.int64)
+    top = np.empty(cap, np.int64)
+    top_at = np.empty(cap, np.int64)
+    r = 0
+    depth = 0
+    for d in range(n):
+        open_run = False
+        for u in range(cursor[d], cursor[d + 1]):
+            depth += diff[u]
+            if depth > 0:
+                if not open_run:
+                    if r == cap:
+                        cap *= 2
+                        first, last, text = _grown(first, cap), _grown(last, cap), _grown(text, cap)
+                        top, top_at = _grown(top, cap), _grown(top_at, cap)
+                    first[r], text[r], top[r], top_at[r] = u, d, -1, u
+                    open_run = True
+                if best[u] > top[r]:
+                    top[r], top_at[r] = best[u], u
+                last[r] = u
+            elif open_run:
+                r += 1
+                open_run = False
+        if open_run:
+            r += 1
+    return first[:r], last[:r], text[:r], top[:r], top_at[:r]
+
+
+@njit(nogil=True, cache=True, aot=("i8[:], u1[:], i8[:], i8[:], i8[:]",))
+def unit_chars(offsets, data, start, end, cursor):
+    """Character offsets of every unit within its text (``start``, ``end``: byte offsets into ``data``) and
+    the characters of each text. Returns ``(char_start int64[u], char_end int64[u], doc_chars int64[n])``."""
+    n = offsets.shape[0] - 1
+    u = start.shape[0]
+    char_start = np.empty(u, np.int64)
+    char_end = np.empty(u, np.int64)
+    doc_chars = np.empty(n, np.int64)
+    for d in range(n):
+        q_start = q_end = cursor[d]
+        stop_unit = cursor[d + 1]
+        c = 0
+        for i in range(offsets[d], offsets[d + 1] + 1):
+            while q_end < stop_unit and end[q_end] == i:
+                char_end[q_end] = c
+                q_end += 1
+            while q_start < stop_unit and start[q_start] == i:
+                char_start[q_start] = c
+                q_start += 1
+            if i < offsets[d + 1] and (data[i] & 0xC0) != 0x80:
+                c += 1
+        doc_chars[d] = c
+    return char_start, char_end, doc_chars
