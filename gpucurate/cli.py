@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "ingested into it); default: a temporary one")
     exp.add_argument("--output", "-o", metavar="DIR", help="dataset: directory to write (required): one file per "
                      "part file of the run and export_summary.json")
-    exp.add_argument("--format", dest="fmt", choices=["parquet", "jsonl", "same"], default="parquet",
+    exp.add_argument("--format", dest="fmt", choices=["parquet", "jsonl", "same"],
                      help="dataset: file format; same: the run's input format (default parquet)")
     exp.add_argument("--compression", choices=["zstd", "snappy", "gzip", "none"],
                      help="dataset: parquet zstd (default), snappy, gzip, none; jsonl none (default), gzip, zstd")
@@ -284,6 +284,9 @@ def run_export(args) -> int:
         return run_export_dataset(args)
     if not args.dsn:
         raise ConfigError("export pgvector needs --dsn postgresql://...")
+    _refuse_options(args, "export pgvector", "export dataset", output="--output", fmt="--format",
+                    compression="--compression", original_text="--original-text", weight="--weight",
+                    overwrite="--overwrite")
     import tempfile
     from .workflows.ingest import ingest_run
     from .rag.payload import RagSink
@@ -300,17 +303,22 @@ def run_export(args) -> int:
     return 0
 
 
+def _refuse_options(args, command: str, owner: str, **options: str) -> None:
+    """A ConfigError (exit 2) naming the ``options`` (argument dest -> flag) given to ``command`` that only
+    ``owner`` takes (both share one parser)."""
+    given = [flag for dest, flag in options.items() if getattr(args, dest)]
+    if given:
+        raise ConfigError(f"{command} does not take {', '.join(given)} ({owner}'s options)")
+
+
 def run_export_dataset(args) -> int:
     from .workflows.export_dataset import export_dataset
     if not args.output:
         raise ConfigError("export dataset needs --output DIR")
-    pgvector_only = [option for option, given in (("--dsn", args.dsn), ("--state", args.state), ("--config", args.config),
-                                                  ("--set", args.overrides), ("--scheduler", args.scheduler),
-                                                  ("--backend", args.backend), ("--workers", args.workers)) if given]
-    if pgvector_only:
-        raise ConfigError(f"export dataset does not take {', '.join(pgvector_only)} (export pgvector's options)")
-    summary = export_dataset(args.run, args.output, args.fmt, args.compression, args.original_text, args.weight,
-                             args.overwrite, progress=not (args.quiet or args.no_progress))
+    _refuse_options(args, "export dataset", "export pgvector", dsn="--dsn", state="--state", config="--config",
+                    overrides="--set", backend="--backend", scheduler="--scheduler", workers="--workers")
+    summary = export_dataset(args.run, args.output, args.fmt or "parquet", args.compression, args.original_text,
+                             args.weight, args.overwrite, progress=not (args.quiet or args.no_progress))
     if not args.quiet:
         print(f"exported {summary['documents_out']:,} of {summary['documents_in']:,} documents "
               f"({summary['text_bytes_out']:,} of {summary['text_bytes_in']:,} text bytes) as "

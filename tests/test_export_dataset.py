@@ -251,18 +251,17 @@ def test_an_incomplete_run_is_refused(paragraph_run, tmp_path):
     assert not (tmp_path / "clean").exists()
 
 
-def test_argument_errors_exit_2(paragraph_run, tmp_path):
+def test_argument_errors_exit_2(paragraph_run, tmp_path, capsys):
     out = str(tmp_path / "clean")
     one_line_error(cli("export", "dataset", "--run", str(paragraph_run), "-o", out, "--original-text", "meta"),
                    2, "--original-text", "'meta'")
     one_line_error(cli("export", "pgvector", "--run", str(paragraph_run)), 2, "export pgvector needs --dsn")
-    for args, needle in ((["--format", "jsonl", "--compression", "snappy"], "none, gzip, zstd"),
-                         (["--dsn", "postgresql://x"], "does not take --dsn"), ([], None)):
-        if needle is None:  # no --output
-            code = main(["export", "dataset", "--run", str(paragraph_run), "-q"])
-        else:
-            code = main(["export", "dataset", "--run", str(paragraph_run), "-o", out, "-q", *args])
-        assert code == 2, args
+    for args, needle in ((["dataset", "-o", out, "--format", "jsonl", "--compression", "snappy"], "none, gzip, zstd"),
+                         (["dataset", "-o", out, "--dsn", "postgresql://x"], "does not take --dsn"),
+                         (["dataset"], "needs --output"),
+                         (["pgvector", "--dsn", "postgresql://x", "--weight"], "does not take --weight")):
+        assert main(["export", *args, "--run", str(paragraph_run), "-q"]) == 2, args
+        assert needle in capsys.readouterr().err
     assert not (tmp_path / "clean").exists()
 
 
