@@ -207,7 +207,7 @@ def test_input_format_of_older_runs_and_mixed_ones():
     assert input_format({"input_formats": ["parquet"], "config": config}) == "parquet"
     assert input_format({"inputs": ["x/a.jsonl.zst", "b*.ndjson"], "config": config}) == "jsonl"
     assert input_format({"inputs": ["data/"], "config": {"input": {"format": "parquet"}}}) == "parquet"
-    with pytest.raises(ArgumentError, match="unknown format"):
+    with pytest.raises(ArgumentError, match=r"cannot tell the format the run read from its inputs \(data/\)"):
         input_format({"inputs": ["data/"], "config": config})
     with pytest.raises(ArgumentError, match="jsonl and parquet"):
         input_format({"input_formats": ["jsonl", "parquet"], "config": config})
@@ -241,6 +241,17 @@ def test_contamination_strip_is_taken_where_nothing_else_was_removed():
 
 
 # --- errors ----------------------------------------------------------------------------------------
+
+def test_a_run_without_removed_spans_is_refused(paragraph_run, tmp_path):
+    """A part file of an older gpucurate (no removed_spans annotation): a one-line error naming it, exit 1."""
+    old = tmp_path / "run"
+    shutil.copytree(paragraph_run, old)
+    part = sorted((old / "annotations").glob("part-*.parquet"))[-1]
+    pq.write_table(pq.read_table(part).drop_columns(["removed_spans"]), part)
+    with pytest.raises(OutputError, match=f"{part}: no annotation column removed_spans"):
+        export_dataset(old, tmp_path / "clean", progress=False)
+    assert not (tmp_path / "clean").exists()
+
 
 def test_an_incomplete_run_is_refused(paragraph_run, tmp_path):
     incomplete = tmp_path / "run"

@@ -168,9 +168,12 @@ def input_format(summary: dict) -> str:
     if not formats:
         configured = summary["config"].get("input", {}).get("format", "auto")
         formats = {configured} if configured != "auto" else _formats_of_names(summary.get("inputs", []))
-    if len(formats) != 1:
-        said = " and ".join(sorted(formats)) if formats else "an unknown format"
-        raise ArgumentError(f"the run read {said}: say which format to write (--format jsonl or parquet)")
+    if not formats:
+        raise ArgumentError(f"cannot tell the format the run read from its inputs ({', '.join(summary.get('inputs', []))})"
+                            ": say which format to write (--format jsonl or parquet)")
+    if len(formats) > 1:
+        raise ArgumentError(f"the run read {' and '.join(sorted(formats))}: say which format to write (--format "
+                            "jsonl or parquet)")
     return formats.pop()
 
 
@@ -193,6 +196,7 @@ def plan_parts(run: Path, config: dict, request: Request) -> list[Part]:
 
 
 def _plan_part(path: Path, prefix: str, text_field: str, request: Request) -> Part:
+    """The ``Part`` of one part file, from its footer; the errors of ``plan_parts``."""
     meta = read_run_metadata(path)
     schema = meta.schema.to_arrow_schema()
     reserved = set(annotation_names(prefix))
@@ -210,6 +214,10 @@ def _plan_part(path: Path, prefix: str, text_field: str, request: Request) -> Pa
         fields.append(schema.field(prefix + WEIGHT).with_name(WEIGHT))
     needed = [prefix + name for name in ("keep", "removed_spans", "stripped_text")] + \
         ([prefix + WEIGHT] if request.weight else [])
+    missing = [name for name in needed if name not in schema.names]
+    if missing:
+        raise OutputError(f"no annotation column {', '.join(missing)} (an older gpucurate wrote the run; run it "
+                          "again)", path)
     return Part(path, user, user + tuple(needed), pa.schema(fields), _batch_rows(meta))
 
 
