@@ -2,7 +2,7 @@
 (canonical, aliases, audit trail) instead of deleting them.
 
 Main entry points: ``gpucurate.run(inputs, output, config, overrides)`` (the CLI's ``run``),
-``gpucurate.rethreshold(run_dir, overrides, output)``,
+``gpucurate.rethreshold(run_dir, overrides, output)``, ``gpucurate.export_dataset(run_dir, output, fmt, ...)``,
 ``gpucurate.ingest(inputs, state_dir, config, overrides, output, sink)`` and, for
 Dask DataFrames, ``read``, ``dedup``, ``exact_dedup``, ``fuzzy_dedup`` and ``semantic_dedup``.
 """
@@ -29,6 +29,15 @@ def rethreshold(*args, **kwargs):
 rethreshold.__doc__ = "Apply new thresholds to a finished run from its stored edges; see gpucurate.workflows.rethreshold."
 
 
+def export_dataset(*args, **kwargs):
+    from .workflows.export_dataset import export_dataset as _export_dataset
+    return _export_dataset(*args, **kwargs)
+
+
+export_dataset.__doc__ = ("Write the kept documents of a finished run, text after every removal stage, as a dataset; "
+                          "see gpucurate.workflows.export_dataset.export_dataset.")
+
+
 def ingest(*args, **kwargs):
     from .workflows.ingest import ingest as _ingest
     return _ingest(*args, **kwargs)
@@ -44,5 +53,5 @@ def __getattr__(name):
     raise AttributeError(name)
 
 
-__all__ = ["run", "rethreshold", "ingest", "read", "dedup", "exact_dedup", "fuzzy_dedup", "semantic_dedup", "Config",
+__all__ = ["run", "rethreshold", "export_dataset", "ingest", "read", "dedup", "exact_dedup", "fuzzy_dedup", "semantic_dedup", "Config",
            "load_config", "GpucurateError", "ConfigError", "InputError", "__version__"]

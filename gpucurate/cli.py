@@ -1,5 +1,5 @@
 """Command line: ``python -m gpucurate COMMAND`` (run, demo, report, sample-pairs, calibrate, rethreshold,
-ingest, export, search); logs, progress: stderr."""
+ingest, export [dataset|pgvector], search); logs, progress: stderr."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def _on_sigterm(signum, frame):
 #: the pages of docs/ (in gpucurate's source tree) that each command's --help names for more
 GUIDES = {"run": ("pipeline", "configuration", "output", "scale"), "demo": ("pipeline", "output"),
           "report": ("review",), "sample-pairs": ("review",), "calibrate": ("review",), "rethreshold": ("review",),
-          "ingest": ("rag",), "export": ("rag",), "search": ("rag",)}
+          "ingest": ("rag",), "export": ("output", "rag"), "search": ("rag",)}
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
@@ -105,13 +105,24 @@ def build_parser() -> argparse.ArgumentParser:
     ing.add_argument("--schema", default="public", help="PostgreSQL schema of the sink's tables (default public)")
     _add_run_options(ing)
 
-    exp = sub.add_parser("export", help="write a finished run to a database (pgvector)")
-    exp.add_argument("target", choices=["pgvector"])
+    exp = sub.add_parser("export", help="write a finished run's kept documents as a cleaned dataset (dataset), "
+                         "or the run to a database (pgvector)")
+    exp.add_argument("target", choices=["pgvector", "dataset"])
     exp.add_argument("--run", required=True, metavar="DIR", help="output directory of a finished run")
-    exp.add_argument("--dsn", required=True, help="PostgreSQL connection string")
-    exp.add_argument("--schema", default="public")
-    exp.add_argument("--state", metavar="DIR", help="keep the ingest state here (later batches can be ingested "
-                     "into it); default: a temporary one")
+    exp.add_argument("--dsn", help="pgvector: PostgreSQL connection string (required)")
+    exp.add_argument("--schema", default="public", help="pgvector: PostgreSQL schema (default public)")
+    exp.add_argument("--state", metavar="DIR", help="pgvector: keep the ingest state here (later batches can be "
+                     "ingested into it); default: a temporary one")
+    exp.add_argument("--output", "-o", metavar="DIR", help="dataset: directory to write (required): one file per "
+                     "part file of the run and export_summary.json")
+    exp.add_argument("--format", dest="fmt", choices=["parquet", "jsonl", "same"],
+                     help="dataset: file format; same: the run's input format (default parquet)")
+    exp.add_argument("--compression", choices=["zstd", "snappy", "gzip", "none"],
+                     help="dataset: parquet zstd (default), snappy, gzip, none; jsonl none (default), gzip, zstd")
+    exp.add_argument("--original-text", metavar="COLUMN", help="dataset: also write the original text in this column")
+    exp.add_argument("--weight", action="store_true", help="dataset: also write the weight annotation (soft dedup) "
+                     "as a column weight")
+    exp.add_argument("--overwrite", action="store_true", help="dataset: replace an existing export directory")
     _add_run_options(exp)
 
     sea = sub.add_parser("search", help="nearest canonical documents (or chunks) of a query in a pgvector sink")
@@ -269,6 +280,13 @@ def run_ingest(args) -> int:
 
 
 def run_export(args) -> int:
+    if args.target == "dataset":
+        return run_export_dataset(args)
+    if not args.dsn:
+        raise ConfigError("export pgvector needs --dsn postgresql://...")
+    _refuse_options(args, "export pgvector", "export dataset", output="--output", fmt="--format",
+                    compression="--compression", original_text="--original-text", weight="--weight",
+                    overwrite="--overwrite")
     import tempfile
     from .workflows.ingest import ingest_run
     from .rag.payload import RagSink
@@ -282,6 +300,30 @@ def run_export(args) -> int:
     finally:
         sink.close()
     print_ingest(summary, args.state or "(temporary state)")
+    return 0
+
+
+def _refuse_options(args, command: str, owner: str, **options: str) -> None:
+    """A ConfigError (exit 2) naming the ``options`` (argument dest -> flag) given to ``command`` that only
+    ``owner`` takes (both share one parser)."""
+    given = [flag for dest, flag in options.items() if getattr(args, dest)]
+    if given:
+        raise ConfigError(f"{command} does not take {', '.join(given)} ({owner}'s options)")
+
+
+def run_export_dataset(args) -> int:
+    from .workflows.export_dataset import export_dataset
+    if not args.output:
+        raise ConfigError("export dataset needs --output DIR")
+    _refuse_options(args, "export dataset", "export pgvector", dsn="--dsn", state="--state", config="--config",
+                    overrides="--set", backend="--backend", scheduler="--scheduler", workers="--workers")
+    summary = export_dataset(args.run, args.output, args.fmt or "parquet", args.compression, args.original_text,
+                             args.weight, args.overwrite, progress=not (args.quiet or args.no_progress))
+    if not args.quiet:
+        print(f"exported {summary['documents_out']:,} of {summary['documents_in']:,} documents "
+              f"({summary['text_bytes_out']:,} of {summary['text_bytes_in']:,} text bytes) as "
+              f"{summary['files_written']} {summary['format']} file(s) ({summary['compression']}) in "
+              f"{summary['seconds']:.2f} s; output in {args.output}", file=sys.stderr)
     return 0
 
 

@@ -321,6 +321,11 @@ ANNOTATION_COLUMNS = ("doc_id", "dedup_id", "is_canonical", "keep", "drop_stage"
                       "substring_text", "substring_chars_removed", "removed_spans")
 
 
+def choices(section: type, key: str) -> tuple:
+    """The values a choice key of a config section may take: ``choices(OutputConfig, "compression")``."""
+    return next(f for f in dataclasses.fields(section) if f.name == key).metadata["choices"]
+
+
 def annotation_names(prefix: str = "") -> tuple:
     """The names the annotation columns have in a run's part files (``output.annotation_prefix`` + name)."""
     return tuple(prefix + name for name in ANNOTATION_COLUMNS)

@@ -26,6 +26,9 @@ import signal
 import socket
 import stat
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from fnmatch import fnmatch
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +48,21 @@ MARKER = "_SUCCESS"
 ID_TYPE_KEY = b"gpucurate.id_type"
 OUTPUT_ITEMS = (ANNOTATIONS_DIR, "aliases.parquet", "edges.parquet", "summary.json", "embeddings",
                 "contamination_report.json", "report.html", "run_index.parquet")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The kind of directory a ``StagedOutput`` writes. ``items``: glob patterns of the names it holds
+    besides the marker (an existing directory holding anything else is not replaced); ``folders``: made
+    empty in the staging directory; ``overwrite``: the option that lets a user replace one, for messages."""
+
+    items: tuple = OUTPUT_ITEMS
+    folders: tuple = (ANNOTATIONS_DIR,)
+    overwrite: str = "output.overwrite=true"
+
+
+#: a run's (and rethreshold's, ingest --output's) output directory
+RUN_LAYOUT = Layout()
 
 
 def _reason(exc: OSError) -> str:
@@ -93,26 +111,36 @@ def lock_output(path: str | os.PathLike, command: str):
                     "wait for it to finish", command=f"{command} {target}")
 
 
+@contextmanager
+def _run_file(path: Path):
+    """Errors reading a Parquet file of a run directory as an OutputError (exit 1) naming it: missing, truncated
+    or unreadable."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise OutputError("missing (the run directory is incomplete)", path) from None
+    except (OSError, pa.ArrowException) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise OutputError(f"unreadable Parquet file ({first})", path) from None
+
+
 def read_run_table(path: Path, columns: list[str] | None = None) -> pa.Table:
     """A Parquet file of a run directory; a missing, truncated or unreadable one is an OutputError (exit 1)."""
-    try:
+    with _run_file(path):
         return pq.read_table(path, columns=columns)
-    except FileNotFoundError:
-        raise OutputError("missing (the run directory is incomplete)", path) from None
-    except (OSError, pa.ArrowException) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise OutputError(f"unreadable Parquet file ({first})", path) from None
 
 
-def iter_run_table(path: Path, columns: list[str] | None = None):
-    """``read_run_table`` a record batch at a time (row groups), for files too large to hold at once."""
-    try:
-        yield from pq.ParquetFile(path).iter_batches(columns=columns)
-    except FileNotFoundError:
-        raise OutputError("missing (the run directory is incomplete)", path) from None
-    except (OSError, pa.ArrowException) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise OutputError(f"unreadable Parquet file ({first})", path) from None
+def read_run_metadata(path: Path) -> pq.FileMetaData:
+    """The footer of a Parquet file of a run directory (schema, rows, row groups); errors as ``read_run_table``."""
+    with _run_file(path):
+        return pq.read_metadata(path)
+
+
+def iter_run_table(path: Path, columns: list[str] | None = None, batch_size: int = 65536):
+    """``read_run_table`` a record batch (of at most ``batch_size`` rows) at a time, for files too large to
+    hold at once."""
+    with _run_file(path):
+        yield from pq.ParquetFile(path).iter_batches(batch_size=batch_size, columns=columns)
 
 
 def read_run_json(path: Path) -> dict:
@@ -173,12 +201,14 @@ class StagedOutput:
         a gpucurate output directory is replaced: one that holds other files too is refused, unless
         ``foreign_ok`` (an in-place ``rethreshold``, which carries every other file over).
     command : what the lock file and the marker name as the writer.
+    layout : what the directory holds (default ``RUN_LAYOUT``: a run's output directory).
     """
 
-    def __init__(self, path: str | os.PathLike, overwrite: bool, command: str = "run", foreign_ok: bool = False):
+    def __init__(self, path: str | os.PathLike, overwrite: bool, command: str = "run", foreign_ok: bool = False,
+                 layout: Layout = RUN_LAYOUT):
         self.requested = Path(path)
         self.target = Path(os.path.realpath(path))
-        self.overwrite, self.command, self.foreign_ok = overwrite, command, foreign_ok
+        self.overwrite, self.command, self.foreign_ok, self.layout = overwrite, command, foreign_ok, layout
         self.path: Path | None = None
         self.committed = False
         self._lock = None
@@ -201,7 +231,8 @@ class StagedOutput:
             self._check()
             self.path = target.parent / f".{target.name}.staging-{os.getpid()}-{secrets.token_hex(4)}"
             self.path.mkdir()
-            (self.path / ANNOTATIONS_DIR).mkdir()
+            for folder in self.layout.folders:
+                (self.path / folder).mkdir()
         except OSError as exc:
             self.__exit__(None, None, None)
             raise OutputError(f"cannot write the output directory ({_reason(exc)})", self.requested) from None
@@ -249,12 +280,12 @@ class StagedOutput:
         items = sorted(p.name for p in target.iterdir())
         if not items:
             return
+        option = self.layout.overwrite
         if not self.overwrite:
-            raise ConfigError(f"{self.requested}: output directory is not empty (set output.overwrite=true to "
-                              "replace it)")
-        foreign = [n for n in items if n not in OUTPUT_ITEMS and n != MARKER]
+            raise ConfigError(f"{self.requested}: output directory is not empty (use {option} to replace it)")
+        foreign = [n for n in items if n != MARKER and not any(fnmatch(n, item) for item in self.layout.items)]
         if foreign and not self.foreign_ok:
-            raise ConfigError(f"{self.requested}: output.overwrite replaces a whole gpucurate output directory, and "
+            raise ConfigError(f"{self.requested}: {option} replaces a whole gpucurate output directory, and "
                               f"this one also holds {', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}; "
                               "move them away or write to another directory")
 

@@ -40,6 +40,8 @@ def cut_texts(texts: pa.Array, cuts: pa.Array, unchanged_null: bool = True) -> p
     if isinstance(cuts, pa.ChunkedArray):
         cuts = cuts.combine_chunks()
     has_cut = pc.fill_null(pc.greater(pc.list_value_length(cuts), 0), False)
+    if not pc.any(has_cut).as_py():  # nothing to cut (most batches of most runs): no kernel, no copy
+        return pa.nulls(len(texts), pa.string()) if unchanged_null else texts.cast(pa.string())
     offsets, data = arrow_buffers(texts)
     values = cuts.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
     lengths = pc.fill_null(pc.list_value_length(cuts), 0).to_numpy(zero_copy_only=False).astype(np.int64)

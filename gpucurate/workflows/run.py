@@ -457,6 +457,7 @@ def _summary(cfg, inputs, specs, report, result: DedupResult, timer, wall, backe
     return {
         "gpucurate_version": __version__,
         "inputs": [str(i) for i in inputs],
+        "input_formats": sorted({s.fmt for s in specs}),  # what ``export dataset --format same`` writes
         "documents_in": n,
         "documents_kept": keep,
         "documents_dropped": n - keep,
