@@ -14,7 +14,7 @@ from .contamination import CONTAMINATION_COLUMNS, ContaminationResult
 from .exact import ExactResult
 from .fuzzy import FuzzyResult
 from ..io.writer import ID_TYPE_KEY
-from .cuts import PARAGRAPH_CUTS, SUBSTRING_CUTS
+from .cuts import PARAGRAPH_CUTS, RANGES, SUBSTRING_CUTS
 from .paragraphs import ParagraphResult
 from .substrings import SubstringResult
 from .quality import QualityResult
@@ -165,11 +165,11 @@ def annotation_columns(rows, exact_canon, fuzzy_canon, final, ids, exact_ids, fu
         "contamination": pa.array(label, type=pa.string()),
         "stripped_text": pa.array(stripped, type=pa.string()),
         # byte ranges removed by the paragraphs stage; the writer turns them into paragraph_text
-        PARAGRAPH_CUTS: pa.nulls(n, type=pa.list_(pa.int64())),
+        PARAGRAPH_CUTS: pa.nulls(n, type=RANGES),
         "paragraph_chars_removed": pa.array(np.zeros(n, np.int64)),
         # the substrings stage's repeated spans and the byte ranges it removes (-> substring_text)
-        "substring_spans": pa.nulls(n, type=pa.list_(pa.int64())),
-        SUBSTRING_CUTS: pa.nulls(n, type=pa.list_(pa.int64())),
+        "substring_spans": pa.nulls(n, type=RANGES),
+        SUBSTRING_CUTS: pa.nulls(n, type=RANGES),
         "substring_chars_removed": pa.array(np.zeros(n, np.int64)),
     }, metadata={ID_TYPE_KEY: b"int64" if int_ids else b"string"})  # the user's id column's type in the parts
 
@@ -243,15 +243,15 @@ def _annotate_part(state: dict, first_row: int, fuzzy_canon, final, fuzzy_of, fi
 def apply_paragraphs(annotations: pa.Table, paragraphs: ParagraphResult, out: OutputConfig) -> pa.Table:
     """Add the paragraphs stage's cuts and counts; documents it drops lose ``keep`` and ``weight``."""
     return _apply_removal(annotations, "paragraphs", paragraphs.drop, paragraphs.drop_reason, {
-        PARAGRAPH_CUTS: pa.array(paragraphs.cuts, type=pa.list_(pa.int64())),
+        PARAGRAPH_CUTS: pa.array(paragraphs.cuts, type=RANGES),
         "paragraph_chars_removed": pa.array(paragraphs.chars_removed)})
 
 
 def apply_substrings(annotations: pa.Table, substrings: SubstringResult, out: OutputConfig) -> pa.Table:
     """Add the substrings stage's spans, cuts and counts; documents it drops lose ``keep`` and ``weight``."""
     return _apply_removal(annotations, "substrings", substrings.drop, substrings.drop_reason, {
-        "substring_spans": pa.array(substrings.spans, type=pa.list_(pa.int64())),
-        SUBSTRING_CUTS: pa.array(substrings.cuts, type=pa.list_(pa.int64())),
+        "substring_spans": pa.array(substrings.spans, type=RANGES),
+        SUBSTRING_CUTS: pa.array(substrings.cuts, type=RANGES),
         "substring_chars_removed": pa.array(substrings.chars_removed)})
 
 

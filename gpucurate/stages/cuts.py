@@ -16,6 +16,9 @@ from .normalize import arrow_buffers, from_buffers
 #: and ``substring_text`` (and, together, ``removed_spans``)
 PARAGRAPH_CUTS = "_paragraph_cuts"
 SUBSTRING_CUTS = "_substring_cuts"
+#: the type of a column of flat byte ranges; its items are named as Parquet's (compliant) lists name them,
+#: so that a part file read back and rewritten (``rethreshold``) keeps its bytes
+RANGES = pa.list_(pa.field("element", pa.int64()))
 
 
 def merge_ranges(*flat: list | None) -> list | None:
@@ -62,7 +65,7 @@ def output_annotations(annotations: pa.Table, texts: pa.Array) -> tuple[list, li
     paragraph = annotations.column(PARAGRAPH_CUTS).combine_chunks()
     substring = annotations.column(SUBSTRING_CUTS).combine_chunks()
     made = {"paragraph_text": pa.nulls(n, pa.string()), "substring_text": pa.nulls(n, pa.string()),
-            "removed_spans": pa.nulls(n, pa.list_(pa.int64()))}
+            "removed_spans": pa.nulls(n, RANGES)}
     if paragraph.null_count < n or substring.null_count < n:
         texts = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
         if paragraph.null_count < n:
@@ -71,6 +74,6 @@ def output_annotations(annotations: pa.Table, texts: pa.Array) -> tuple[list, li
             made["substring_text"] = cut_texts(texts, substring)
         made["removed_spans"] = pa.array([merge_ranges(a, b) for a, b in zip(paragraph.to_pylist(),
                                                                              substring.to_pylist())],
-                                         pa.list_(pa.int64()))
+                                         RANGES)
     columns = [made[name] if name in made else annotations.column(name) for name in ANNOTATION_COLUMNS]
     return list(ANNOTATION_COLUMNS), columns

@@ -175,7 +175,7 @@ def _rethreshold(run: Path, out: Path, overrides, start: float, in_place: bool) 
     counts = {"documents": n, "kept": keep, "empty_texts": int(exact.empty.sum()), "exact_duplicates": exact.duplicates,
               "text_bytes": int(table.nbytes.sum())}
     result = DedupResult(None, fuzzy, semantic, idx.quality.stats() if idx.quality is not None else None,
-                         idx.meta["quality_limits"], idx.contamination, None, counts)
+                         idx.meta["quality_limits"], idx.contamination, None, None, counts)
     wall = time.perf_counter() - start
     previous = summary.get("rethreshold", {})
     full_wall = previous.get("full_run_wall_time_s", summary["wall_time_s"])
