@@ -125,7 +125,8 @@ def _funnel(summary: dict) -> list[dict]:
     st = summary["stages"]
     rows = [{"stage": "input", "dropped": 0, "remaining": st["input"]["documents"]}]
     for name, key in (("quality", "dropped"), ("exact", "duplicates"), ("fuzzy", "duplicates"),
-                      ("semantic", "duplicates"), ("contamination", "dropped"), ("paragraphs", "dropped")):
+                      ("semantic", "duplicates"), ("contamination", "dropped"), ("paragraphs", "dropped"),
+                      ("substrings", "dropped")):
         s = st.get(name, {})
         if s.get("enabled", name in ("exact",)):
             rows.append({"stage": name, "dropped": s.get(key, 0), "remaining": s.get("remaining")})
@@ -290,6 +291,10 @@ def build_report(run_dir: str | Path, samples: ClusterSamples | None = None) -> 
     else:
         parts.append("<p>No benchmarks configured.</p>")
 
+    substrings = summary["stages"].get("substrings", {})
+    if substrings.get("enabled"):
+        parts.append("<h2>Repeated spans</h2>" + _substrings_section(substrings))
+
     parts.append("<h2>Timings (s)</h2>" + _table([{"step": k, "seconds": v} for k, v in summary["timings_s"].items()],
                                                ["step", "seconds"]))
     parts.append("<h2>Parameters</h2><pre>" + html.escape(json.dumps(cfg, indent=2)) + "</pre>")
@@ -299,6 +304,17 @@ def build_report(run_dir: str | Path, samples: ClusterSamples | None = None) -> 
              "li{margin:.3em 0}svg{max-width:100%;height:auto}")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>gpucurate report</title>"
             f"<style>{style}</style></head><body>{''.join(parts)}</body></html>")
+
+
+def _substrings_section(stats: dict) -> str:
+    """The substrings stage: bytes repeated and removed, documents touched, the most repeated spans."""
+    lead = (f"<p>Runs of {stats['min_tokens']} {stats['unit']}s or more seen twice: "
+            f"{stats['repeated_bytes']:,} bytes repeated in {stats['documents_touched']:,} documents; "
+            f"{stats['removed_bytes']:,} bytes removed ({100 * stats['share_removed']:.2f}% of the kept text, "
+            f"keep: {html.escape(stats['keep'])}) from {stats['documents_changed']:,} documents, "
+            f"{stats['dropped']:,} dropped.</p>")
+    rows = [{"count": t["count"], "doc_id": t.get("doc_id"), "sample": t.get("sample")} for t in stats["top_spans"]]
+    return lead + (_table(rows, ["count", "doc_id", "sample"]) if rows else "<p>No repeated span.</p>")
 
 
 def write_report(run_dir: str | Path, staged: bool = False, samples: ClusterSamples | None = None) -> Path:

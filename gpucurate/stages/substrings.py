@@ -46,6 +46,8 @@ from .normalize import arrow_buffers, fold_sigma, from_buffers, reference_lower
 LOCAL_BITS = 40
 #: repeated spans a partition proposes for the report (the run keeps the most repeated)
 TOP_SPANS = 10
+#: characters of a repeated span shown in the summary and the report
+SAMPLE_CHARS = 300
 
 
 def unit_hashes(raw: pa.Array, char_mode: bool) -> tuple:
@@ -165,6 +167,20 @@ class SubstringDedup:
             if stats.get("bytes_in_kept_documents") else 0.0
         stats["read_seconds"] = round(sum(r[2] for r in per_part), 4)  # units and keys, in the read pass
         return table, stats
+
+
+def span_samples(top_spans: list, first_row: int, doc_ids, texts) -> dict:
+    """``{k: {"doc_id", "sample"}}`` for the entries of ``top_spans`` (``{"row", "start", "end"}``: table row
+    and byte range) whose rows are among ``doc_ids`` (``first_row`` onwards), ``texts`` their original
+    texts; a sample is the span's text, cut at ``SAMPLE_CHARS`` characters."""
+    out = {}
+    for k, span in enumerate(top_spans):
+        r = span["row"] - first_row
+        if 0 <= r < len(doc_ids):
+            text = (texts[r].as_py() or "").encode("utf-8")[span["start"]:span["end"]].decode("utf-8")
+            out[k] = {"doc_id": doc_ids[r].as_py(), "sample": text[:SAMPLE_CHARS] + ("…" if len(text) > SAMPLE_CHARS
+                                                                                      else "")}
+    return out
 
 
 def _window_count(df: pd.DataFrame, kept: np.ndarray) -> int:

@@ -36,7 +36,7 @@ from ..stages.fuzzy import FuzzyDedup, FuzzyResult
 from ..stages.normalize import Normalize
 from ..stages.paragraphs import ParagraphDedup
 from ..stages.quality import QualityGate, QualityResult
-from ..stages.substrings import SubstringDedup
+from ..stages.substrings import SubstringDedup, span_samples
 from ..stages.semantic import SemanticDedup, SemanticResult, semantic_enabled, write_embeddings
 from ..stages.table import DocParts, RowKeys
 
@@ -123,9 +123,13 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
         with timer("write"):
             samples = _report_samples(table, executor)
             shown = samples.shown_ids()
-            for _, texts in executor.compute(table.map(_write_part, specs, cfg=cfg, out=str(out), parsed=parsed,
-                                                       shown=shown), "write"):
+            top_spans = result.substrings["top_spans"] if result.substrings is not None else []
+            for _, texts, spans in executor.compute(table.map(_write_part, specs, cfg=cfg, out=str(out),
+                                                              parsed=parsed, shown=shown, top_spans=top_spans),
+                                                    "write"):
                 samples.texts.update(texts)
+                for k, sample in spans.items():  # the most repeated spans' documents and texts, for the summary
+                    top_spans[k].update(sample)
             write_batches(executor.iter_compute(table.map(_aliases), "write aliases"), out / "aliases.parquet", cfg)
             write_batches(edge_batches(table, result.fuzzy, result.semantic, cfg.semantic.threshold, executor),
                           out / "edges.parquet", cfg)
@@ -165,13 +169,16 @@ def _device_summary(arrays, executor: Executor, fuzzy) -> dict:
 
 
 def _write_part(state: dict, first_row: int, spec, *, cfg: Config, out: str, parsed: ParsedCache | None,
-                shown: set) -> tuple[str, dict]:
-    """Write the partition's part file; return its path and the texts of its rows in ``shown`` (doc_ids)."""
+                shown: set, top_spans: list) -> tuple[str, dict, dict]:
+    """Write the partition's part file; return its path, the texts of its rows in ``shown`` (doc_ids) and the
+    samples of the ``top_spans`` in its rows (``substrings.span_samples``)."""
     part = (parsed.take(spec) if parsed is not None else None) or load_partition(spec, cfg.input)
     path = write_partition(spec, cfg, state["annotations"], state["ord"], out, part)
+    texts = part.table.column(cfg.input.text_field)
+    spans = span_samples(top_spans, first_row, state["annotations"].column("doc_id"), texts)
     if not shown:
-        return path, {}
-    return path, texts_by_id(state["annotations"].column("doc_id"), part.table.column(cfg.input.text_field), shown)
+        return path, {}, spans
+    return path, texts_by_id(state["annotations"].column("doc_id"), texts, shown), spans
 
 
 def _report_samples(table: DocParts, executor: Executor) -> ClusterSamples:
