@@ -233,8 +233,10 @@ def _assert_ledger_targets(summary, texts, spills=False):
     pairs_ = summary["stages"]["fuzzy"]["candidate_pairs"]
     spilled = [s for name, s in device["steps"].items() if name.startswith("spill")]
     assert spills or not spilled, device["steps"]
-    up = device["bytes_to_device"] - sum(s["bytes_to_device"] for s in spilled)
-    down = device["bytes_to_host"] - sum(s["bytes_to_host"] for s in spilled)
+    # the substrings stage hands host arrays in and out (its unit hashes go up, its keys and hits come down)
+    outside = spilled + [s for name, s in device["steps"].items() if name.startswith("substrings")]
+    up = device["bytes_to_device"] - sum(s["bytes_to_device"] for s in outside)
+    down = device["bytes_to_host"] - sum(s["bytes_to_host"] for s in outside)
     assert up <= 1.2 * _normalized_bytes(texts) + 16 * n, device
     assert down <= 64 * n + 24 * pairs_, device
     assert device["steps"]["upload text"]["transfers"] == 2 * summary["stages"]["input"]["partitions"]
@@ -265,16 +267,20 @@ def test_gpu_run_on_the_strict_namespace(tmp_path, strict_dev, monkeypatch, lsh)
     monkeypatch.setenv("GPUCURATE_SIM_XP", "strict")
     src, texts = _corpus(tmp_path, n=200, seed=2) if lsh == "driver" else _near_copies(tmp_path, n=120)
     cpu, gpu = _run_both(tmp_path, src, {"input.partition_bytes": 4096, "canonical.policy": "longest",
-                                         "fuzzy.lsh": lsh})
+                                         "fuzzy.lsh": lsh, "substrings.enabled": lsh == "driver",
+                                         "substrings.min_tokens": 4})
     assert gpu["device"]["arrays"] == "strict"
     _assert_ledger_targets(gpu, texts)
 
 
 def test_gpu_run_with_gates_and_host_paths(tmp_path):
-    """Paragraphs, contamination and SimHash take the host-array functions of the GPU backend."""
+    """Paragraphs, substrings, contamination and SimHash take the host-array functions of the GPU backend."""
     src, _ = _corpus(tmp_path, n=60, seed=3)
-    _run_both(tmp_path, src, {"paragraphs.enabled": True, "contamination.benchmarks": [f"b={src}:text"],
-                              "fuzzy.method": "simhash"})
+    cpu, gpu = _run_both(tmp_path, src, {"paragraphs.enabled": True, "contamination.benchmarks": [f"b={src}:text"],
+                                         "fuzzy.method": "simhash", "substrings.enabled": True,
+                                         "substrings.min_tokens": 4, "exact.enabled": False})
+    assert gpu["stages"]["substrings"]["documents_touched"] == cpu["stages"]["substrings"]["documents_touched"] > 0
+    assert "substrings: window keys" in gpu["device"]["steps"]
 
 
 def test_backend_probe_failure(monkeypatch):

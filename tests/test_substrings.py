@@ -189,3 +189,23 @@ def test_config_checks():
         resolve_config(None, {"substrings.min_tokens": 0})
     with pytest.raises(ConfigError, match="substrings.unit"):
         resolve_config(None, {"substrings.unit": "token"})
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # uint64 arithmetic wraps by design in the simulator
+def test_device_bucket_work_matches_the_cpu_kernel():
+    """The CUDA kernels (numba's simulator) and their glue find the same repeated windows as the CPU's."""
+    from gpucurate.device import host_api
+    from gpucurate.device.arrays import simulated_arrays
+    host_api.bind(simulated_arrays())
+    rng = np.random.default_rng(1)
+    hi = rng.integers(0, 40, 3000).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    lo = rng.integers(0, 3, 3000).astype(np.uint64)
+    cpu_hits = kern.repeated_windows(hi, lo)
+    gpu_hits = host_api.repeated_windows(hi, lo)
+    as_set = lambda h: sorted(zip(h[0].tolist(), h[1].tolist(), h[2].tolist()))  # noqa: E731
+    assert as_set(gpu_hits) == as_set(cpu_hits) and gpu_hits[3] == cpu_hits[3] == 120
+    a, b = rng.integers(0, 2**63, 500, dtype=np.uint64), rng.integers(0, 2**63, 500, dtype=np.uint64)
+    cursor = np.array([0, 3, 200, 200, 500], np.int64)
+    win = kern.window_counts(cursor, 9)
+    for mine, theirs in zip(host_api.window_hashes(a, b, cursor, win, 9), kern.window_hashes(a, b, cursor, win, 9)):
+        assert np.array_equal(mine, theirs)

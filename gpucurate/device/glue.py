@@ -333,3 +333,33 @@ def canonicals(dev, labels, key=None):
     out = dev.empty(m, xp.int64)
     dev.launch("scatter", m, order, canon_sorted, out)
     return out
+
+
+def window_keys(dev, a, b, cursor, win_cursor, k: int):
+    """``(hi, lo)`` uint64 keys of every window (``kernels.substrings.window_hashes``): text d's windows are
+    ``win_cursor[d]:win_cursor[d + 1]``, its units ``cursor[d]:cursor[d + 1]`` with hashes ``a``, ``b``."""
+    xp = dev.xp
+    total = dev.scalar(win_cursor[-1])
+    hi, lo = dev.empty(total, xp.uint64), dev.empty(total, xp.uint64)
+    dev.launch("window_keys", total, a, b, cursor, win_cursor, segment_ids(xp, win_cursor, total), k, hi, lo)
+    return hi, lo
+
+
+def repeated_windows(dev, hi, lo):
+    """``kernels.substrings.repeated_windows`` of one bucket (windows in corpus order): a stable sort by
+    ``(hi, lo)`` keeps each key's occurrences in corpus order, so a run's first element is the first
+    occurrence. Returns ``(index, removable, count, distinct)``: the hits in sorted order (the CPU kernel's
+    come in another order; what is made of them does not depend on it) and the number of keys."""
+    xp = dev.xp
+    m = hi.shape[0]
+    if m == 0:
+        return dev.empty(0, xp.int64), dev.empty(0, xp.bool), dev.empty(0, xp.int32), 0
+    order = lexsort_order(xp, hi, lo)
+    start = dev.empty(m, xp.uint8)
+    dev.launch("key_run_starts", m, xp.take(hi, order), xp.take(lo, order), start)
+    begins = dev.nonzero(start == 1)
+    lengths = xp.concat([begins[1:], xp.full(1, m, dtype=xp.int64)]) - begins
+    run = xp.cumulative_sum(xp.astype(start, xp.int64)) - 1
+    count = xp.take(lengths, run)
+    index, first, count = dev.compress(count >= 2, order, start, count)
+    return index, first == 0, xp.astype(count, xp.int32), begins.shape[0]

@@ -3,7 +3,8 @@
 ``backend.select`` binds a ``DeviceArrays`` here; ``Backend.minhash``, ``.pairs`` and ``.gates`` of the
 GPU backend are this module. The device-resident run (``device.resident``) does not come through
 here; these serve the paths that hand host arrays between steps: the Dask LSH (``fuzzy.lsh=dask``),
-the boilerplate and SimHash variants of the fuzzy stage, the paragraph and contamination gates,
+the boilerplate and SimHash variants of the fuzzy stage, the paragraph and contamination gates, the
+substrings stage's window keys and buckets,
 rethreshold and ingest. Each call uploads its inputs, runs the shared glue and downloads its result,
 all counted in the ledger. What has no device version yet (quality statistics, paragraph spans,
 SimHash) is the CPU kernel.
@@ -200,3 +201,18 @@ paragraph_spans = cpu_gates.paragraph_spans
 simhash64 = cpu_minhash.simhash64
 simhash_band_keys = cpu_minhash.simhash_band_keys
 hamming_similarity = cpu_minhash.hamming_similarity
+
+
+def window_hashes(a, b, cursor, win_cursor, k):
+    """``(hi, lo)`` window keys (``substrings.window_hashes``)."""
+    with DEV.lock, DEV.step("substrings: window keys"):
+        hi, lo = glue.window_keys(DEV, DEV.to_device(a), DEV.to_device(b), DEV.to_device(cursor),
+                                  DEV.to_device(win_cursor), int(k))
+        return DEV.to_host(hi), DEV.to_host(lo)
+
+
+def repeated_windows(hi, lo):
+    """``(index, removable, count, distinct)`` of one bucket (``substrings.repeated_windows``)."""
+    with DEV.lock, DEV.step("substrings: repeated windows"):
+        index, removable, count, distinct = glue.repeated_windows(DEV, DEV.to_device(hi), DEV.to_device(lo))
+        return DEV.to_host(index), DEV.to_host(removable), DEV.to_host(count), int(distinct)

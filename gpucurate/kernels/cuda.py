@@ -26,9 +26,11 @@ from numba import cuda  # noqa: E402
 
 from .hashing import EXACT_SEED, M2, U64, define_hash_functions
 from .minhash import EMPTY_SIG, WORD
+from .substrings import BASE_A, BASE_B, define_window_functions
 
 fmix64, _mix, _load, hash_bytes, minhash_value, band_seed, fold = define_hash_functions(
     cuda.jit(device=True, inline=True))
+window_lane = define_window_functions(cuda.jit(device=True, inline=True))
 
 #: threads per block of every launch
 THREADS = 128
@@ -291,6 +293,28 @@ def sorted_lookup(hashes, table, out):
             else:
                 hi = mid
         out[i] = lo if lo < table.shape[0] and table[lo] == h else -1
+
+
+# --- substrings: window keys and the runs of equal keys of a sorted bucket -------------------------------
+
+@kernel("void(uint64[::1], uint64[::1], int64[::1], int64[::1], int64[::1], int64, uint64[::1], uint64[::1])")
+def window_keys(a, b, cursor, win_cursor, win_doc, k, hi, lo):
+    """Key of window w (``substrings.window_hashes``): its two lanes by Horner's rule over the ``k`` unit
+    hashes from unit ``cursor[d] + w - win_cursor[d]`` of its text d, each through ``fmix64``."""
+    w = cuda.grid(1)
+    if w < hi.shape[0]:
+        d = win_doc[w]
+        start = cursor[d] + w - win_cursor[d]
+        hi[w] = fmix64(window_lane(a, start, k, BASE_A))
+        lo[w] = fmix64(window_lane(b, start, k, BASE_B))
+
+
+@kernel("void(uint64[::1], uint64[::1], uint8[::1])")
+def key_run_starts(hi, lo, start):
+    """start[i] = 1 where a run of equal 128-bit keys ``(hi, lo)`` (sorted) begins."""
+    i = cuda.grid(1)
+    if i < hi.shape[0]:
+        start[i] = 1 if i == 0 or hi[i] != hi[i - 1] or lo[i] != lo[i - 1] else 0
 
 
 @kernel("void(int64[::1])")
