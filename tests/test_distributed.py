@@ -30,15 +30,17 @@ def test_scheduler_address_gives_identical_annotations(tmp_path, demo_frame, clu
     for n in range(4):
         write_jsonl(tmp_path / f"part-{n}.jsonl", recs[n * 200:(n + 1) * 200])
     inputs = [str(tmp_path / "part-*.jsonl")]
-    local = gpucurate.run(inputs, tmp_path / "local", overrides=["run.progress=false"])
-    remote = gpucurate.run(inputs, tmp_path / "remote",
-                           overrides=["run.progress=false", f"run.scheduler={cluster.scheduler_address}"])
+    settings = ["run.progress=false", "substrings.enabled=true", "substrings.min_tokens=8"]
+    local = gpucurate.run(inputs, tmp_path / "local", overrides=settings)
+    remote = gpucurate.run(inputs, tmp_path / "remote", overrides=settings + [f"run.scheduler={cluster.scheduler_address}"])
     assert remote["executor"].startswith("dask cluster")
     pd.testing.assert_frame_equal(read_annotations(tmp_path / "remote")[ANNOTATION_COLUMNS],
                                   read_annotations(tmp_path / "local")[ANNOTATION_COLUMNS])
     assert local["stages"]["fuzzy"]["duplicates"] == remote["stages"]["fuzzy"]["duplicates"] > 0
     assert pq.read_table(tmp_path / "remote" / "edges.parquet").equals(pq.read_table(tmp_path / "local" / "edges.parquet"))
-    assert ("_by_hash" in shuffled and "_members_by_label" in shuffled) == p2p, shuffled
+    assert local["stages"]["substrings"]["documents_touched"] == remote["stages"]["substrings"]["documents_touched"] > 0
+    assert ("_by_hash" in shuffled and "_members_by_label" in shuffled and "_windows_by_key" in shuffled) == p2p, \
+        shuffled
 
 
 def test_unreachable_scheduler_is_a_config_error(tmp_path):

@@ -95,7 +95,8 @@ def nbytes_of(value) -> int:
 
 
 def _frame_nbytes(frame) -> int:
-    total = int(frame.index.memory_usage())
+    # the read pass's per-stage arrays ride in attrs (paragraph spans, substring units and window keys)
+    total = int(frame.index.memory_usage()) + (nbytes_of(frame.attrs) if frame.attrs else 0)
     for _, column in frame.items():
         total += _objects_nbytes(column.to_numpy()) if column.dtype == object else int(column.array.nbytes)
     return total
