@@ -35,3 +35,12 @@ class Partitions:
 
     def to_delayed(self) -> list:
         return list(self._parts)
+
+
+class Carried(dict):
+    """A stage's arrays carried in a partition's ``attrs`` from the read pass to the stage's collect. pandas
+    deep-copies ``attrs`` at every column access and copy of the frame (0.4 s of a 16 MB run with the
+    substring units); these arrays are never modified, so a copy is the same object."""
+
+    def __deepcopy__(self, memo):
+        return self

@@ -44,51 +44,83 @@ def define_window_functions(jit):
     return window_lane
 
 
+#: byte classes of ``unit_spans``: 0 inside a unit, 1 ASCII whitespace, 2 the lead byte of a character that
+#: may be Unicode whitespace (U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028/9, U+202F, U+205F, U+3000)
+_BYTE_CLASS = np.zeros(256, np.uint8)
+_BYTE_CLASS[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = 1
+_BYTE_CLASS[[0xC2, 0xE1, 0xE2, 0xE3]] = 2
+
+
 @njit(nogil=True, cache=True, aot=("i8[:], u1[:], b1",))
 def unit_spans(offsets, data, char_mode):
-    """Byte spans of every unit. Returns ``(start int64[u], end int64[u], cursor int64[n + 1], ascii bool[u])``:
-    offsets into ``data``; text ``d`` owns units ``cursor[d]:cursor[d + 1]``; ``ascii``: the unit is ASCII
-    (its normal form is its lowercase)."""
+    """Byte and character spans of every unit, in one pass over the bytes.
+
+    Returns ``(start, end, cursor, ascii, char_start, char_end, doc_chars)``: byte offsets into ``data``
+    (int64[u]); text ``d`` owns units ``cursor[d]:cursor[d + 1]``; ``ascii`` (bool[u]): the unit is ASCII
+    (its normal form is its lowercase); character offsets within the text (int64[u]); the characters of
+    each text (int64[n])."""
     n = offsets.shape[0] - 1
-    cap = max(16, (offsets[n] - offsets[0]) // 2 + n + 1)
+    cap = max(16, (offsets[n] - offsets[0]) // 4 + n + 1)
     start = np.empty(cap, np.int64)
     end = np.empty(cap, np.int64)
+    char_start = np.empty(cap, np.int64)
+    char_end = np.empty(cap, np.int64)
     ascii = np.empty(cap, np.bool_)
     cursor = np.empty(n + 1, np.int64)
+    doc_chars = np.empty(n, np.int64)
     cursor[0] = 0
     u = 0
     for d in range(n):
-        i, stop = offsets[d], offsets[d + 1]
-        while i < stop:
+        if u + offsets[d + 1] - offsets[d] > cap:  # a text has at most as many units as bytes
+            cap = max(2 * cap, u + offsets[d + 1] - offsets[d])
+            start, end, ascii = _grown(start, cap), _grown(end, cap), _grown(ascii, cap)
+            char_start, char_end = _grown(char_start, cap), _grown(char_end, cap)
+        u, doc_chars[d] = _text_units(data, offsets[d], offsets[d + 1], char_mode, u, start, end, ascii,
+                                      char_start, char_end)
+        cursor[d + 1] = u
+    return start[:u], end[:u], cursor, ascii[:u], char_start[:u], char_end[:u], doc_chars
+
+
+@njit(nogil=True, cache=True)
+def _text_units(data, i, stop, char_mode, u, start, end, ascii, char_start, char_end):
+    """``unit_spans`` of one text ``data[i:stop]``, its units written from ``u`` on (the arrays have room).
+    Returns the next unit and the text's characters. (Its own function: growing the arrays in the loop
+    that fills them made numba's code five times slower.)"""
+    byte_class = _BYTE_CLASS
+    chars = 0
+    while i < stop:
+        c = data[i]
+        kind = byte_class[c]
+        if kind == 1:
+            i += 1
+            chars += 1
+            continue
+        if kind == 2:
             width = space_width(data, i, stop)
             if width > 0:
                 i += width
+                chars += 1
                 continue
-            if u == cap:
-                cap *= 2
-                start = _grown(start, cap)
-                end = _grown(end, cap)
-                ascii = _grown(ascii, cap)
-            start[u] = i
-            high = 0
-            if char_mode:
+        start[u], char_start[u] = i, chars
+        high = c
+        i += 1
+        chars += 1
+        if char_mode:  # one code point: its continuation bytes
+            while i < stop and (data[i] & 0xC0) == 0x80:
+                high |= data[i]
+                i += 1
+        else:  # up to the next whitespace
+            while i < stop:
                 c = data[i]
-                i += 1 if c < 0x80 else 2 if c < 0xE0 else 3 if c < 0xF0 else 4
-                high = c
-            else:
-                while i < stop:
-                    c = data[i]
-                    if (c < 0x80 and c != 32 and not (9 <= c <= 13) and not (28 <= c <= 31)) or \
-                            (c >= 0x80 and space_width(data, i, stop) == 0):
-                        high |= c
-                        i += 1
-                    else:
-                        break
-            end[u] = min(i, stop)
-            ascii[u] = high < 0x80
-            u += 1
-        cursor[d + 1] = u
-    return start[:u], end[:u], cursor, ascii[:u]
+                kind = byte_class[c]
+                if kind == 1 or (kind == 2 and space_width(data, i, stop) > 0):
+                    break
+                high |= c
+                chars += (c & 0xC0) != 0x80
+                i += 1
+        end[u], char_end[u], ascii[u] = i, chars, high < 0x80
+        u += 1
+    return u, chars
 
 
 @njit(nogil=True, cache=True)
@@ -311,28 +343,3 @@ def _runs(cursor, diff, best):
             r += 1
     return first[:r], last[:r], text[:r], top[:r], top_at[:r]
 
-
-@njit(nogil=True, cache=True, aot=("i8[:], u1[:], i8[:], i8[:], i8[:]",))
-def unit_chars(offsets, data, start, end, cursor):
-    """Character offsets of every unit within its text (``start``, ``end``: byte offsets into ``data``) and
-    the characters of each text. Returns ``(char_start int64[u], char_end int64[u], doc_chars int64[n])``."""
-    n = offsets.shape[0] - 1
-    u = start.shape[0]
-    char_start = np.empty(u, np.int64)
-    char_end = np.empty(u, np.int64)
-    doc_chars = np.empty(n, np.int64)
-    for d in range(n):
-        q_start = q_end = cursor[d]
-        stop_unit = cursor[d + 1]
-        c = 0
-        for i in range(offsets[d], offsets[d + 1] + 1):
-            while q_end < stop_unit and end[q_end] == i:
-                char_end[q_end] = c
-                q_end += 1
-            while q_start < stop_unit and start[q_start] == i:
-                char_start[q_start] = c
-                q_start += 1
-            if i < offsets[d + 1] and (data[i] & 0xC0) != 0x80:
-                c += 1
-        doc_chars[d] = c
-    return char_start, char_end, doc_chars

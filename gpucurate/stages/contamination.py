@@ -30,6 +30,7 @@ import pyarrow as pa
 from ..config import Benchmark, ContaminationConfig, NormalizeConfig, parse_benchmarks
 from ..errors import InputError
 from ..engine.executor import Executor
+from ..engine.partitions import Carried
 from ..engine.tasks import delayed
 from ..kernels.gates import ngram_hashes, ngram_matches
 from ..kernels.hashing import padded_words
@@ -149,8 +150,9 @@ def contamination_partition(df: pd.DataFrame, index: ItemIndex, keep_raw: bool, 
     matched = np.unique(rows)
     texts = dict(zip(matched.tolist(), norm.take(pa.array(matched)).to_pylist())) if len(matched) else {}
     raws = dict(zip(matched.tolist(), raw.take(pa.array(matched)).to_pylist())) if keep_raw and len(matched) else {}
-    out.attrs["contamination"] = {"rows": rows, "where": where, "start": s - offsets[rows], "end": e - offsets[rows],
-                                  "texts": texts, "raw": raws, "seconds": time.perf_counter() - start}
+    out.attrs["contamination"] = Carried({"rows": rows, "where": where, "start": s - offsets[rows],
+                                          "end": e - offsets[rows], "texts": texts, "raw": raws,
+                                          "seconds": time.perf_counter() - start})
     return out
 
 

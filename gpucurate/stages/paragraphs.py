@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from ..config import NormalizeConfig, ParagraphsConfig
 from ..engine.executor import Executor
+from ..engine.partitions import Carried
 from ..engine.shuffle import exchange, owner_of
 from ..engine.tasks import delayed
 from ..kernels.gates import paragraph_spans
@@ -56,13 +57,13 @@ def paragraph_partition(df: pd.DataFrame, sentences: int, hash_texts=text_hashes
     spans = from_buffers(span_offsets, data[gather])
     norm = normalize(spans, NormalizeConfig())
     n_off, n_data = arrow_buffers(norm)
-    out.attrs["paragraphs"] = {
+    out.attrs["paragraphs"] = Carried({
         "rows": rows, "start": s - offsets[rows], "end": e - offsets[rows],
         "hash": hash_texts(n_off, padded_words(n_data)),
         "norm_chars": pc.utf8_length(norm).to_numpy(zero_copy_only=False).astype(np.int64),
         "raw_chars": pc.utf8_length(spans).to_numpy(zero_copy_only=False).astype(np.int64),
         "doc_chars": pc.utf8_length(raw).to_numpy(zero_copy_only=False).astype(np.int64),
-        "seconds": time.perf_counter() - start}
+        "seconds": time.perf_counter() - start})
     return out
 
 

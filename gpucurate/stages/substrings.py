@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 
 from ..config import SubstringsConfig
 from ..engine.executor import Executor
+from ..engine.partitions import Carried
 from ..engine.shuffle import exchange
 from ..engine.tasks import delayed
 from ..kernels import substrings as cpu
@@ -51,28 +52,28 @@ SAMPLE_CHARS = 300
 
 
 def unit_hashes(raw: pa.Array, char_mode: bool) -> tuple:
-    """The units of every text of ``raw`` (``string[n]``) and their two hashes: ``(offsets, data, start, end,
-    cursor, a, b)``: the Arrow buffers, each unit's bytes ``data[start:end]`` (``int64[u]``), text d's units
-    ``cursor[d]:cursor[d + 1]``, and ``a``, ``b`` (``uint64[u]``)."""
+    """The units of every text of ``raw`` (``string[n]``) and their two hashes: ``(offsets, start, end, cursor,
+    a, b, chars)``: the texts' byte offsets, each unit's bytes ``start:end`` (``int64[u]``), text d's units
+    ``cursor[d]:cursor[d + 1]``, ``a``, ``b`` (``uint64[u]``), and ``chars``: ``(char_start, char_end,
+    doc_chars)`` of ``kernels.substrings.unit_spans``."""
     offsets, data = arrow_buffers(raw)
-    start, end, cursor, ascii = cpu.unit_spans(offsets, data, char_mode)
+    start, end, cursor, ascii, char_start, char_end, doc_chars = cpu.unit_spans(offsets, data, char_mode)
     lower = data.copy()
     lower[(data >= 65) & (data <= 90)] += 32
     other = np.flatnonzero(~ascii)
     other_offsets, other_data = _normal_forms(data, start[other], end[other])
     a, b = cpu.unit_hashes(padded_words(lower), start, end, ascii, other_offsets, padded_words(other_data))
-    return offsets, data, start, end, cursor, a, b
+    return offsets, start, end, cursor, a, b, (char_start, char_end, doc_chars)
 
 
 def substring_units(raw: pa.Array, char_mode: bool, k: int, window_hashes=cpu.window_hashes) -> dict:
     """Units and window keys of every text of ``raw`` (``string[n]``): ``cursor int64[n + 1]`` (text d owns
     units ``cursor[d]:cursor[d + 1]``), each unit's byte and character start and end within its text
     (``int64[u]`` each), ``win_cursor int64[n + 1]`` and the window keys ``hi``, ``lo`` (``uint64[w]``)."""
-    offsets, data, start, end, cursor, a, b = unit_hashes(raw, char_mode)
+    offsets, start, end, cursor, a, b, (char_start, char_end, doc_chars) = unit_hashes(raw, char_mode)
     win_cursor = cpu.window_counts(cursor, k)
     hi, lo = window_hashes(a, b, cursor, win_cursor, k)
     doc_start = np.repeat(offsets[:-1], np.diff(cursor))
-    char_start, char_end, doc_chars = cpu.unit_chars(offsets, data, start, end, cursor)
     return {"cursor": cursor, "start": start - doc_start, "end": end - doc_start, "char_start": char_start,
             "char_end": char_end, "doc_chars": doc_chars, "doc_bytes": np.diff(offsets), "win_cursor": win_cursor, "hi": hi, "lo": lo}
 
@@ -98,7 +99,7 @@ def substring_partition(df: pd.DataFrame, char_mode: bool, k: int, window_hashes
     raw = pa.chunked_array(df["_text"].array._pa_array).combine_chunks() if len(df) else pa.array([], pa.large_string())
     units = substring_units(raw, char_mode, k, window_hashes)
     units["seconds"] = time.perf_counter() - start
-    out.attrs["substrings"] = units
+    out.attrs["substrings"] = Carried(units)
     return out
 
 
@@ -148,9 +149,8 @@ class SubstringDedup:
         found = [delayed(_partition_spans)(p, pieces, m, cfg.min_tokens, cfg.keep == "none", cfg.min_doc_chars)
                  for p, pieces, m in zip(parts, to_parts, kept)]
         table = table.update(executor, _apply_spans, "substrings: spans", found, apply=apply)
-        results = executor.compute(table.map(_span_counts) + [delayed(_bucket_counts)(b) for b in buckets],
-                                   "substrings: count")
-        per_part, per_bucket = results[:len(parts)], results[len(parts):]
+        per_part = executor.compute(table.map(_span_counts), "substrings: count")
+        bucket_counts = np.sum([r[3] for r in per_part], axis=0)
         total = {key: int(sum(r[0][key] for r in per_part)) for key in per_part[0][0]}
         top = heapq.nlargest(TOP_SPANS * 4, [(c, -row, s, e, h) for r in per_part for c, row, s, e, h in r[1]])
         seen, top_spans = set(), []
@@ -159,9 +159,8 @@ class SubstringDedup:
                 seen.add(key)
                 top_spans.append({"count": int(count), "row": -row, "start": int(s), "end": int(e)})
         stats = {"unit": "char" if self.char_mode else "word", "min_tokens": cfg.min_tokens, "keep": cfg.keep,
-                 "windows": int(sum(b[0] for b in per_bucket)), "distinct_windows": int(sum(b[1] for b in per_bucket)),
-                 "repeated_windows": int(sum(b[2] for b in per_bucket)),
-                 "repeated_window_occurrences": int(sum(b[3] for b in per_bucket)),
+                 **dict(zip(("windows", "distinct_windows", "repeated_windows", "repeated_window_occurrences"),
+                            bucket_counts.tolist())),
                  **total, "buckets": n_buckets, "top_spans": top_spans}
         stats["share_removed"] = round(stats["removed_bytes"] / stats["bytes_in_kept_documents"], 5) \
             if stats.get("bytes_in_kept_documents") else 0.0
@@ -204,26 +203,24 @@ def _windows_by_key(df: pd.DataFrame, kept: np.ndarray, q: int, n_buckets: int) 
 
 
 def _repeated(pieces: list, repeated_windows) -> tuple:
-    """One bucket's repeated windows ``(key, removable, count)`` and its counts (windows, distinct keys,
-    repeated keys, their windows)."""
+    """One bucket's repeated windows ``(key, removable, count)`` and its counts (int64[4]: windows, distinct
+    keys, repeated keys, their windows)."""
     hi = np.concatenate([p[0] for p in pieces])
     lo = np.concatenate([p[1] for p in pieces])
     key = np.concatenate([p[2] for p in pieces])
     index, removable, count, distinct = repeated_windows(hi, lo)
-    hits = (key[index], removable, count)
-    return hits, (len(hi), int(distinct), int(len(index) - removable.sum()), len(index))
-
-
-def _bucket_counts(bucket: tuple) -> tuple:
-    return bucket[1]
+    counts = np.array([len(hi), distinct, len(index) - removable.sum(), len(index)], np.int64)
+    return key[index], removable, count, counts
 
 
 def _hits_by_partition(bucket: tuple, n_parts: int) -> tuple:
-    key, removable, count = bucket[0]
+    """A bucket's hits split by partition; the bucket's counts ride with partition 0's piece (they reach
+    the driver with its counts, and the bucket is not computed again for them)."""
+    key, removable, count, counts = bucket
     order, cuts = cpu.counting_order(key >> LOCAL_BITS, n_parts)
     key, removable, count = key[order], removable[order], count[order]
-    return tuple((key[cuts[q]:cuts[q + 1]], removable[cuts[q]:cuts[q + 1]], count[cuts[q]:cuts[q + 1]])
-                 for q in range(n_parts))
+    return tuple((key[cuts[q]:cuts[q + 1]], removable[cuts[q]:cuts[q + 1]], count[cuts[q]:cuts[q + 1]],
+                  counts if q == 0 else counts[:0]) for q in range(n_parts))
 
 
 def _partition_spans(df: pd.DataFrame, pieces: list, kept: np.ndarray, k: int, keep_none: bool,
@@ -258,8 +255,9 @@ def _partition_spans(df: pd.DataFrame, pieces: list, kept: np.ndarray, k: int, k
               "documents_changed": int((chars_removed > 0).sum()), "repeated_bytes": int(rep_bytes.sum()),
               "removed_bytes": int(cut_bytes.sum()), "chars_removed": int(chars_removed.sum()),
               "bytes_in_kept_documents": int(d["doc_bytes"][kept].sum()), "dropped": int(drop.sum())}
+    bucket_counts = np.sum([p[3] for p in pieces if len(p[3])] or [np.zeros(4, np.int64)], axis=0)
     return {"spans": spans, "cuts": cuts, "chars_removed": chars_removed, "drop": drop, "reason": reason,
-            "counts": counts, "top": top, "seconds": d["seconds"]}
+            "counts": counts, "top": top, "seconds": d["seconds"], "bucket_counts": bucket_counts}
 
 
 def _ranges(d: dict, runs: tuple, n: int) -> tuple[list, np.ndarray]:
@@ -280,7 +278,7 @@ def _apply_spans(state: dict, first_row: int, found: dict, *, apply) -> dict:
     result = SubstringResult(found["spans"], found["cuts"], found["chars_removed"], found["drop"], found["reason"])
     top = [(c, first_row + t, s, e, h) for c, t, s, e, h in found["top"]]
     return {"annotations": apply(state["annotations"], result),
-            "substring_counts": (found["counts"], top, found["seconds"])}
+            "substring_counts": (found["counts"], top, found["seconds"], found["bucket_counts"])}
 
 
 def _span_counts(state: dict, first_row: int) -> dict:
@@ -370,7 +368,7 @@ def suffix_array_spans(texts: list[str], k: int, keep: str = "first", char_mode:
     smallest position is its first."""
     from pydivsufsort import divsufsort, kasai
     raw = pa.array(texts, pa.large_string())
-    offsets, _, start, end, cursor, a, _ = unit_hashes(raw, char_mode)
+    offsets, start, end, cursor, a, _, _ = unit_hashes(raw, char_mode)
     n, units = len(texts), len(a)
     _, ids = np.unique(a, return_inverse=True)
     text_of = np.repeat(np.arange(n), np.diff(cursor))
