@@ -232,12 +232,30 @@ def test_json_lines_keep_the_users_values(parquet_run, tmp_path):
     assert not (tmp_path / "clash").exists()
 
 
-def test_contamination_strip_is_taken_where_nothing_else_was_removed():
-    texts = pa.array(["aaa bbb ccc", "aaa bbb ccc", "kept as is", None])
-    spans = pa.array([None, [0, 4], None, None], pa.list_(pa.int64()))
-    stripped = pa.array(["aaa ccc", "aaa ccc", None, None])
-    assert final_texts(texts, spans, stripped).to_pylist() == ["aaa ccc", "bbb ccc", "kept as is", None]
-    assert final_texts(texts.cast(pa.large_string()), spans, stripped).type == pa.large_string()
+def test_every_removal_stage_is_in_the_exported_text(tmp_path):
+    """Contamination strip, paragraphs and substrings together: the exported text has all their ranges
+    cut (``removed_spans`` is their union), and a text with only a strip equals the gate's stripped_text."""
+    item = "the quick brown fox jumps over the lazy dog near the old river bank today"
+    bench = write_jsonl(tmp_path / "bench.jsonl", [{"q": item}])
+    shared = " ".join(f"shared{i}" for i in range(12))
+    recs = [{"id": 0, "text": f"first words here. {shared} then the end of one."},
+            {"id": 1, "text": f"second text opens. {shared} and {item} closes it well."},
+            {"id": 2, "text": f"only the item: {item} and some more words after it to keep."}]
+    src = write_jsonl(tmp_path / "in.jsonl", recs)
+    run([str(src)], tmp_path / "run", overrides={
+        **BASE, "exact.enabled": False, "fuzzy.enabled": False, "substrings.enabled": True,
+        "substrings.min_tokens": 8, "substrings.min_doc_chars": 0, "contamination.benchmarks": [f"b={bench}:q"],
+        "contamination.action": "strip", "contamination.strip_window": 0, "contamination.strip_min_chars": 0})
+    export_dataset(tmp_path / "run", tmp_path / "clean", progress=False)
+    ann = read_annotations(tmp_path / "run").sort_values("id")
+    clean = pd.concat(pd.read_parquet(f) for f in sorted((tmp_path / "clean").glob("part-*.parquet"))).sort_values("id")
+    assert ann.removed_spans.notna().tolist() == [False, True, True]
+    for text in clean.text[1:]:
+        assert "quick brown fox" not in text, text
+    assert "shared3" in clean.text.iloc[0] and "shared3" not in clean.text.iloc[1]
+    assert clean.text.iloc[2] == ann.stripped_text.iloc[2].strip().replace("  ", " ")
+    assert final_texts(pa.array(["aaa bbb ccc"]).cast(pa.large_string()), pa.array([[0, 4]])).type == \
+        pa.large_string()
 
 
 # --- errors ----------------------------------------------------------------------------------------

@@ -82,8 +82,12 @@ def test_contamination_strip_uses_the_same_lowercase():
     from gpucurate.kernels.gates import ngram_hashes
     offsets, data = arrow_buffers(pa.array([norm], pa.large_string()))
     _, hashes, _ = ngram_hashes(offsets, data, padded_words(data), 3)
-    text, spans = strip_spans(raw, np.unique(hashes), np.array([3], np.int64), 0)
+    text, spans, ranges = strip_spans(raw, np.unique(hashes), np.array([3], np.int64), 0)
     assert spans > 0 and text.strip() == ""
+    kept = raw.encode("utf-8")  # the byte ranges remove exactly what went
+    for a, b in reversed(list(zip(ranges[0::2], ranges[1::2]))):
+        kept = kept[:a] + kept[b:]
+    assert kept.decode("utf-8") == text
 
 
 def test_greek_exact_duplicates_in_a_run(tmp_path):

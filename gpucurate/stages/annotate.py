@@ -10,11 +10,11 @@ from ..config import OutputConfig
 from ..engine.executor import Executor
 from ..engine.shuffle import answer_columns, lookup
 from ..engine.tasks import delayed
-from .contamination import CONTAMINATION_COLUMNS, ContaminationResult
+from .contamination import CONTAMINATION_COLUMNS, STRIP_CUTS_COLUMN, ContaminationResult
 from .exact import ExactResult
 from .fuzzy import FuzzyResult
 from ..io.writer import ID_TYPE_KEY
-from .cuts import PARAGRAPH_CUTS, RANGES, SUBSTRING_CUTS
+from .cuts import PARAGRAPH_CUTS, RANGES, STRIP_CUTS, SUBSTRING_CUTS
 from .paragraphs import ParagraphResult
 from .substrings import SubstringResult
 from .quality import QualityResult
@@ -170,6 +170,8 @@ def annotation_columns(rows, exact_canon, fuzzy_canon, final, ids, exact_ids, fu
         # the substrings stage's repeated spans and the byte ranges it removes (-> substring_text)
         "substring_spans": pa.nulls(n, type=RANGES),
         SUBSTRING_CUTS: pa.nulls(n, type=RANGES),
+        # the bytes a contamination strip removed (stripped_text is made by the gate)
+        STRIP_CUTS: pa.nulls(n, type=RANGES),
         "substring_chars_removed": pa.array(np.zeros(n, np.int64)),
     }, metadata={ID_TYPE_KEY: b"int64" if int_ids else b"string"})  # the user's id column's type in the parts
 
@@ -237,6 +239,9 @@ def _annotate_part(state: dict, first_row: int, fuzzy_canon, final, fuzzy_of, fi
     annotations = annotation_columns(rows, exact_canon, fuzzy_canon, final, state["id"], canon_ids[:m],
                                      canon_ids[m:], final_ids, fuzzy_similarity, semantic_similarity, cluster_size,
                                      gates, out, int_ids, score_kind)
+    if STRIP_CUTS_COLUMN in state:  # the bytes a strip removed, for removed_spans
+        annotations = annotations.set_column(annotations.schema.get_field_index(STRIP_CUTS), STRIP_CUTS,
+                                             pa.array(state[STRIP_CUTS_COLUMN], type=RANGES))
     return {"annotations": annotations}
 
 

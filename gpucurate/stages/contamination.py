@@ -264,6 +264,8 @@ class ContaminationGate:
                 "max_doc_frequency": self.cfg.max_doc_frequency, "action": self.cfg.action, "benchmarks": out}
 
 
+#: the state column of the byte ranges a strip removed (``strip_spans``; into ``removed_spans``)
+STRIP_CUTS_COLUMN = "contamination_cuts"
 #: the gate's per-document columns in a run's states (``DocParts``), in ``annotate.Gates.contamination`` order
 CONTAMINATION_COLUMNS = ("contaminated", "contamination_label", "contamination_stripped", "contamination_drop",
                          "contamination_reason")
@@ -274,10 +276,10 @@ def _contamination_columns(state: dict, first_row: int, found: dict) -> dict:
     local = found["rows"] - first_row
     columns = {"contaminated": np.zeros(m, bool), "contamination_label": np.full(m, None, object),
                "contamination_stripped": np.full(m, None, object), "contamination_drop": np.zeros(m, bool),
-               "contamination_reason": np.full(m, None, object)}
+               "contamination_reason": np.full(m, None, object), STRIP_CUTS_COLUMN: np.full(m, None, object)}
     columns["contaminated"][local] = True
     for name, key in (("contamination_label", "label"), ("contamination_stripped", "stripped"),
-                      ("contamination_drop", "drop"), ("contamination_reason", "reason")):
+                      ("contamination_drop", "drop"), ("contamination_reason", "reason"), (STRIP_CUTS_COLUMN, "cuts")):
         columns[name][local] = found[key]
     return columns
 
@@ -327,6 +329,7 @@ def _partition_hits(df: pd.DataFrame, first_row: int, index: ItemIndex, cfg: Con
         label.append("; ".join(f"{index.benchmarks[index.item_benchmark[i]].name}:{index.item_ids[i]} ({k} n-grams)"
                                for i, k in zip(group.item, group.matches)))
     stripped = np.full(len(local), None, dtype=object)
+    cuts = np.full(len(local), None, dtype=object)
     drop = np.zeros(len(local), bool)
     reason = np.full(len(local), None, dtype=object)
     if cfg.action == "drop":
@@ -336,7 +339,7 @@ def _partition_hits(df: pd.DataFrame, first_row: int, index: ItemIndex, cfg: Con
         counted = m.merge(hits[["row", "item"]], on=["row", "item"])  # n-grams of the items that count
         hashes_of = {row: np.unique(g.hash.to_numpy()) for row, g in counted.groupby("row")}
         for k, r in enumerate(local.tolist()):
-            text, removed = strip_spans(d["raw"][r], hashes_of[r], index.lengths, cfg.strip_window)
+            text, removed, ranges = strip_spans(d["raw"][r], hashes_of[r], index.lengths, cfg.strip_window)
             if removed == 0:
                 drop[k] = True
                 reason[k] = f"contaminated: {label[k]}; matched span not located for strip"
@@ -346,22 +349,24 @@ def _partition_hits(df: pd.DataFrame, first_row: int, index: ItemIndex, cfg: Con
                              f"< strip_min_chars {cfg.strip_min_chars}")
             else:
                 stripped[k] = text
+                cuts[k] = ranges
     texts = d["texts"]
     report = pd.DataFrame({"row": first_row + hits.row.to_numpy(np.int64), "item": hits.item.to_numpy(np.int64),
                            "matches": hits.matches.to_numpy(np.int64),
                            "text": [texts[r].encode("utf-8")[s:e].decode("utf-8", "replace")[:REPORT_TEXT_CHARS]
                                     for r, s, e in zip(hits.row, hits.start, hits.end)]})
-    return {"rows": first_row + local, "label": np.array(label, dtype=object), "stripped": stripped, "drop": drop,
-            "reason": reason, "hits": report, "seconds": d["seconds"]}
+    return {"rows": first_row + local, "label": np.array(label, dtype=object), "stripped": stripped, "cuts": cuts,
+            "drop": drop, "reason": reason, "hits": report, "seconds": d["seconds"]}
 
 
 def _plain(v):
     return int(v) if isinstance(v, (np.integer,)) else v
 
 
-def strip_spans(raw: str, table: np.ndarray, lengths: np.ndarray, window: int) -> tuple[str, int]:
+def strip_spans(raw: str, table: np.ndarray, lengths: np.ndarray, window: int) -> tuple[str, int, list]:
     """``raw`` without every span whose n-gram hash is in ``table``, widened by ``window`` characters on
-    each side. Returns ``(text, number of spans removed)``.
+    each side. Returns ``(text, number of spans removed, byte ranges)``: the ranges of ``raw``'s UTF-8
+    bytes that went, flat ``[s0, e0, ...]`` (for ``removed_spans``).
 
     Each character is normalized on its own (NFKC, lowercase, punctuation and whitespace to a space) so
     that every normalized character knows its position in ``raw``; the n-grams are then found by the same
@@ -377,7 +382,7 @@ def strip_spans(raw: str, table: np.ndarray, lengths: np.ndarray, window: int) -
     offsets = np.array([0, len(data)], np.int64)
     _, _, s, e = ngram_matches(offsets, data, padded_words(data), lengths, table)
     if len(s) == 0:
-        return raw, 0
+        return raw, 0, []
     # byte offset -> character index in norm
     char_at = np.cumsum((data & 0xC0) != 0x80) - 1
     cut = np.zeros(len(raw) + 1, np.int64)
@@ -387,4 +392,7 @@ def strip_spans(raw: str, table: np.ndarray, lengths: np.ndarray, window: int) -
         cut[lo] += 1
         cut[hi] -= 1
     covered = np.cumsum(cut)[:len(raw)] > 0
-    return "".join(ch for ch, c in zip(raw, covered) if not c), len(s)
+    byte_at = np.concatenate(([0], np.cumsum([len(ch.encode("utf-8")) for ch in raw]))).astype(np.int64)
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], covered.astype(np.int8), [0]))))
+    return "".join(ch for ch, c in zip(raw, covered) if not c), len(s), byte_at[edges].tolist()
+

@@ -16,6 +16,8 @@ from .normalize import arrow_buffers, from_buffers
 #: and ``substring_text`` (and, together, ``removed_spans``)
 PARAGRAPH_CUTS = "_paragraph_cuts"
 SUBSTRING_CUTS = "_substring_cuts"
+#: the byte ranges a contamination strip removed (only into ``removed_spans``: the gate makes stripped_text)
+STRIP_CUTS = "_strip_cuts"
 #: the type of a column of flat byte ranges; its items are named as Parquet's (compliant) lists name them,
 #: so that a part file read back and rewritten (``rethreshold``) keeps its bytes
 RANGES = pa.list_(pa.field("element", pa.int64()))
@@ -57,23 +59,21 @@ def cut_texts(texts: pa.Array, cuts: pa.Array, unchanged_null: bool = True) -> p
 
 def output_annotations(annotations: pa.Table, texts: pa.Array) -> tuple[list, list]:
     """The annotation columns as the part files hold them, in ``ANNOTATION_COLUMNS`` order: the removal
-    stages' byte ranges (``_paragraph_cuts``, ``_substring_cuts``) become ``paragraph_text`` (blank-line runs
-    folded, as ``paragraphs.apply_cuts``), ``substring_text`` and ``removed_spans``, their union. ``texts``:
-    the original texts of the rows. Returns ``(names, columns)``."""
+    stages' byte ranges (``_paragraph_cuts``, ``_substring_cuts``, ``_strip_cuts``) become ``paragraph_text``
+    (blank-line runs folded, as ``paragraphs.apply_cuts``), ``substring_text`` and ``removed_spans``, the
+    union of all three. ``texts``: the original texts of the rows. Returns ``(names, columns)``."""
     from .paragraphs import apply_cuts
     n = annotations.num_rows
-    paragraph = annotations.column(PARAGRAPH_CUTS).combine_chunks()
-    substring = annotations.column(SUBSTRING_CUTS).combine_chunks()
+    cuts = [annotations.column(name).combine_chunks() for name in (PARAGRAPH_CUTS, SUBSTRING_CUTS, STRIP_CUTS)]
+    paragraph, substring = cuts[0], cuts[1]
     made = {"paragraph_text": pa.nulls(n, pa.string()), "substring_text": pa.nulls(n, pa.string()),
             "removed_spans": pa.nulls(n, RANGES)}
-    if paragraph.null_count < n or substring.null_count < n:
-        texts = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
-        if paragraph.null_count < n:
-            made["paragraph_text"] = apply_cuts(texts, paragraph)
-        if substring.null_count < n:
-            made["substring_text"] = cut_texts(texts, substring)
-        made["removed_spans"] = pa.array([merge_ranges(a, b) for a, b in zip(paragraph.to_pylist(),
-                                                                             substring.to_pylist())],
-                                         RANGES)
+    texts = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
+    if paragraph.null_count < n:
+        made["paragraph_text"] = apply_cuts(texts, paragraph)
+    if substring.null_count < n:
+        made["substring_text"] = cut_texts(texts, substring)
+    if any(c.null_count < n for c in cuts):
+        made["removed_spans"] = pa.array([merge_ranges(*r) for r in zip(*(c.to_pylist() for c in cuts))], RANGES)
     columns = [made[name] if name in made else annotations.column(name) for name in ANNOTATION_COLUMNS]
     return list(ANNOTATION_COLUMNS), columns

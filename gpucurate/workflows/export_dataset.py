@@ -89,14 +89,12 @@ class Part:
 
 @dataclass
 class Counts:
-    """Documents and UTF-8 text bytes before (all documents) and after (kept, cut) the export;
-    ``strip_lost``: kept documents whose contamination strip could not be applied (see ``final_texts``)."""
+    """Documents and UTF-8 text bytes before (all documents) and after (kept, cut) the export."""
 
     documents_in: int = 0
     documents_out: int = 0
     text_bytes_in: int = 0
     text_bytes_out: int = 0
-    strip_lost: int = 0
 
     def add(self, other: "Counts") -> None:
         for key, value in vars(other).items():
@@ -212,7 +210,7 @@ def _plan_part(path: Path, prefix: str, text_field: str, request: Request) -> Pa
         fields.append(pa.field(request.original_text, schema.field(text_field).type))
     if request.weight:
         fields.append(schema.field(prefix + WEIGHT).with_name(WEIGHT))
-    needed = [prefix + name for name in ("keep", "removed_spans", "stripped_text")] + \
+    needed = [prefix + name for name in ("keep", "removed_spans")] + \
         ([prefix + WEIGHT] if request.weight else [])
     missing = [name for name in needed if name not in schema.names]
     if missing:
@@ -243,9 +241,6 @@ def _export_parts(parts: list[Part], summary: dict, request: Request, out: Path,
                 files.append(name)
                 failpoint("export-part-written")
                 bar.update()
-    if total.strip_lost:
-        log.warning("%d kept document(s) had both a contamination strip and removed spans: their text is the "
-                    "one with the removed spans, still holding the contaminated span", total.strip_lost)
     return total, files
 
 
@@ -270,33 +265,22 @@ def clean_batch(batch: pa.RecordBatch, part: Part, prefix: str, text_field: str,
     final text, then the original text and the weight when requested; and their counts."""
     kept = batch.filter(pc.fill_null(batch.column(prefix + "keep"), False))
     original = kept.column(text_field)
-    spans, stripped = kept.column(prefix + "removed_spans"), kept.column(prefix + "stripped_text")
-    text = final_texts(original, spans, stripped)
+    text = final_texts(original, kept.column(prefix + "removed_spans"))
     columns = [text if name == text_field else kept.column(name) for name in part.user]
     if request.original_text is not None:
         columns.append(original)
     if request.weight:
         columns.append(kept.column(prefix + WEIGHT))
     counts = Counts(documents_in=batch.num_rows, documents_out=kept.num_rows,
-                    text_bytes_in=_utf8_bytes(batch.column(text_field)), text_bytes_out=_utf8_bytes(text),
-                    strip_lost=int(pc.sum(pc.and_(pc.is_valid(stripped), _has_spans(spans))).as_py() or 0))
+                    text_bytes_in=_utf8_bytes(batch.column(text_field)), text_bytes_out=_utf8_bytes(text))
     return pa.Table.from_arrays(columns, schema=part.schema), counts
 
 
-def final_texts(texts: pa.Array, removed_spans: pa.Array, stripped_text: pa.Array) -> pa.Array:
-    """The texts after every removal stage: ``texts`` (``string[n]``) without the byte ranges of
-    ``removed_spans`` (``list<int64>[n]``, null for none), in the type of ``texts``."""
-    out = cut_texts(texts, removed_spans, unchanged_null=False)
-    # Contamination strip is the one removal whose ranges are not in removed_spans yet: its text is taken
-    # whole where nothing else was removed (a text with both keeps the removed spans' cut; export_part counts
-    # those). When strip moves into removed_spans this branch goes.
-    strip_only = pc.and_(pc.is_valid(stripped_text), pc.invert(_has_spans(removed_spans)))
-    out = pc.if_else(strip_only, stripped_text, out)
-    return out.cast(texts.type)
-
-
-def _has_spans(spans: pa.Array) -> pa.Array:
-    return pc.fill_null(pc.greater(pc.list_value_length(spans), 0), False)
+def final_texts(texts: pa.Array, removed_spans: pa.Array) -> pa.Array:
+    """The texts after every removal stage (contamination strip, paragraphs, substrings): ``texts``
+    (``string[n]``) without the byte ranges of ``removed_spans`` (``list<int64>[n]``, null for none), in the
+    type of ``texts``."""
+    return cut_texts(texts, removed_spans, unchanged_null=False).cast(texts.type)
 
 
 def _utf8_bytes(texts: pa.Array) -> int:
@@ -367,7 +351,6 @@ def _summary(run: Path, output, request: Request, counts: Counts, files: list[st
         "documents_out": counts.documents_out,
         "text_bytes_in": counts.text_bytes_in,
         "text_bytes_out": counts.text_bytes_out,
-        "contamination_strip_not_applied": counts.strip_lost,
         "files_written": len(files),
         "files": files,
         "seconds": round(seconds, 4),
