@@ -231,3 +231,15 @@ def test_a_build_replaces_one_put_in_place_meanwhile(tmp_path):
     aot._replace(folder, Contested())
     assert (folder / aot.MANIFEST).read_text() == "new"
     assert [p.name for p in tmp_path.iterdir()] == ["build"]
+
+
+def test_every_module_with_cpu_kernels_names_the_build():
+    """A module whose kernels are built must be among the sources that name the build: otherwise an edited
+    kernel loads the stale build of its old code (which crashed the process: pycc checks no argument)."""
+    import re
+    from pathlib import Path
+    from gpucurate.kernels import aot
+    package = Path(aot.__file__).resolve().parent.parent
+    with_kernels = {str(p.relative_to(package)) for p in package.rglob("*.py")
+                    if re.search(r"^@njit\(", p.read_text(encoding="utf-8"), re.M)}
+    assert with_kernels <= set(aot.SOURCES), with_kernels - set(aot.SOURCES)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .hashing import U64, fmix64, hash_bytes
+from .hashing import M1, U64, _mix_word as mix_word, fmix64
 from .jit import njit
 from .text import space_width
 
@@ -55,7 +55,7 @@ _BYTE_CLASS[[0xC2, 0xE1, 0xE2, 0xE3]] = 2
 def unit_spans(offsets, data, char_mode):
     """Byte and character spans of every unit, in one pass over the bytes.
 
-    Returns ``(start, end, cursor, ascii, char_start, char_end, doc_chars)``: byte offsets into ``data``
+    Returns ``(start, end, cursor, ascii, char_start, char_end, doc_chars)``: byte offsets within the text
     (int64[u]); text ``d`` owns units ``cursor[d]:cursor[d + 1]``; ``ascii`` (bool[u]): the unit is ASCII
     (its normal form is its lowercase); character offsets within the text (int64[u]); the characters of
     each text (int64[n])."""
@@ -88,6 +88,7 @@ def _text_units(data, i, stop, char_mode, u, start, end, ascii, char_start, char
     that fills them made numba's code five times slower.)"""
     byte_class = _BYTE_CLASS
     chars = 0
+    base = i
     while i < stop:
         c = data[i]
         kind = byte_class[c]
@@ -101,7 +102,7 @@ def _text_units(data, i, stop, char_mode, u, start, end, ascii, char_start, char
                 i += width
                 chars += 1
                 continue
-        start[u], char_start[u] = i, chars
+        start[u], char_start[u] = i - base, chars
         high = c
         i += 1
         chars += 1
@@ -118,7 +119,7 @@ def _text_units(data, i, stop, char_mode, u, start, end, ascii, char_start, char
                 high |= c
                 chars += (c & 0xC0) != 0x80
                 i += 1
-        end[u], char_end[u], ascii[u] = i, chars, high < 0x80
+        end[u], char_end[u], ascii[u] = i - base, chars, high < 0x80
         u += 1
     return u, chars
 
@@ -130,23 +131,44 @@ def _grown(a, cap):
     return out
 
 
-@njit(nogil=True, cache=True, aot=("u8[:], i8[:], i8[:], b1[:], i8[:], u8[:]",))
-def unit_hashes(lower_words, start, end, ascii, other_offsets, other_words):
-    """Two 64-bit hashes of every unit's normal form: an ASCII unit's bytes in ``lower_words`` (the text
-    with A-Z lowercased, ``hashing.padded_words``), the others' normal forms in ``other_*``, in unit order.
+@njit(nogil=True, cache=True, inline="always")
+def _hash_pair(data, start, end):
+    """``hash_bytes`` of the bytes ``data[start:end]`` with A-Z lowercased, under ``UNIT_SEED_A`` and
+    ``UNIT_SEED_B`` (the words put together from the bytes: no lowered, padded copy of the text)."""
+    ha = UNIT_SEED_A + U64(end - start) * M1
+    hb = UNIT_SEED_B + U64(end - start) * M1
+    i = start
+    while i < end:
+        w = U64(0)
+        for j in range(min(8, end - i)):
+            c = data[i + j]
+            if 65 <= c <= 90:
+                c += 32
+            w |= U64(c) << U64(8 * j)
+        ha = mix_word(ha, w)
+        hb = mix_word(hb, w)
+        i += 8
+    return fmix64(ha), fmix64(hb)
+
+
+@njit(nogil=True, cache=True, aot=("u1[:], i8[:], i8[:], i8[:], i8[:], b1[:], i8[:], u1[:]",))
+def unit_hashes(data, offsets, start, end, cursor, ascii, other_offsets, other_data):
+    """Two 64-bit hashes of every unit's normal form: ``hash_bytes`` under ``UNIT_SEED_A`` and
+    ``UNIT_SEED_B`` of an ASCII unit's lowercased bytes (``start``, ``end``: within its text, whose bytes
+    start at ``offsets[d]``), and of the others' normal forms (``other_*``, in unit order).
     Returns ``(a uint64[u], b uint64[u])``."""
-    u = start.shape[0]
-    a = np.empty(u, np.uint64)
-    b = np.empty(u, np.uint64)
+    n = cursor.shape[0] - 1
+    a = np.empty(start.shape[0], np.uint64)
+    b = np.empty(start.shape[0], np.uint64)
     j = 0
-    for q in range(u):
-        if ascii[q]:
-            a[q] = hash_bytes(lower_words, start[q], end[q], UNIT_SEED_A)
-            b[q] = hash_bytes(lower_words, start[q], end[q], UNIT_SEED_B)
-        else:
-            a[q] = hash_bytes(other_words, other_offsets[j], other_offsets[j + 1], UNIT_SEED_A)
-            b[q] = hash_bytes(other_words, other_offsets[j], other_offsets[j + 1], UNIT_SEED_B)
-            j += 1
+    for d in range(n):
+        base = offsets[d]
+        for q in range(cursor[d], cursor[d + 1]):
+            if ascii[q]:
+                a[q], b[q] = _hash_pair(data, base + start[q], base + end[q])
+            else:
+                a[q], b[q] = _hash_pair(other_data, other_offsets[j], other_offsets[j + 1])
+                j += 1
     return a, b
 
 
@@ -189,9 +211,39 @@ def window_hashes(a, b, cursor, win_cursor, k):
     return hi, lo
 
 
-def bucket_of(hi: np.ndarray, n_buckets: int) -> np.ndarray:
-    """int64: the bucket of each key, from its top 32 bits (``(hi >> 32) * n_buckets >> 32``)."""
-    return ((hi >> U64(32)) * U64(n_buckets) >> U64(32)).astype(np.int64)
+@njit(nogil=True, cache=True, inline="always")
+def _bucket(h, n_buckets):
+    """The bucket of a key from its top 32 bits: ``(h >> 32) * n_buckets >> 32``."""
+    return np.int64(((h >> U64(32)) * U64(n_buckets)) >> U64(32))
+
+
+@njit(nogil=True, cache=True, aot=("u8[:], u8[:], i8[:], b1[:], i8, i8, i8",))
+def split_windows(hi, lo, win_cursor, kept, part, local_bits, n_buckets):
+    """The kept texts' windows grouped by bucket, in corpus order within each: ``(hi, lo, key, cuts)``
+    where bucket b holds ``[cuts[b], cuts[b + 1])`` and ``key = part << local_bits | window index``
+    (an O(w) counting sort, in one kernel: numpy's temporaries cost more than the sort)."""
+    n = kept.shape[0]
+    cuts = np.zeros(n_buckets + 1, np.int64)
+    for d in range(n):
+        if kept[d]:
+            for w in range(win_cursor[d], win_cursor[d + 1]):
+                cuts[_bucket(hi[w], n_buckets) + 1] += 1
+    for b in range(n_buckets):
+        cuts[b + 1] += cuts[b]
+    fill = cuts[:-1].copy()
+    total = cuts[n_buckets]
+    out_hi = np.empty(total, np.uint64)
+    out_lo = np.empty(total, np.uint64)
+    out_key = np.empty(total, np.int64)
+    top = np.int64(part) << local_bits
+    for d in range(n):
+        if kept[d]:
+            for w in range(win_cursor[d], win_cursor[d + 1]):
+                b = _bucket(hi[w], n_buckets)
+                x = fill[b]
+                out_hi[x], out_lo[x], out_key[x] = hi[w], lo[w], top | w
+                fill[b] = x + 1
+    return out_hi, out_lo, out_key, cuts
 
 
 @njit(nogil=True, cache=True, aot=("i8[:], i8",))
@@ -250,11 +302,11 @@ def repeated_windows(hi, lo):
         table = 16
         while table < 2 * (hi_cut - lo_cut):
             table *= 2
-        tmask = U64(table - 1)
+        tmask = table - 1
         slot_count[:table] = 0
         for q in range(lo_cut, hi_cut):
             i = order[q]
-            x = (hi[i] >> U64(SUB_BITS)) & tmask
+            x = np.int64(hi[i] >> U64(SUB_BITS)) & tmask
             while True:
                 if slot_count[x] == 0:
                     slot_hi[x], slot_lo[x], slot_first[x], slot_count[x] = hi[i], lo[i], i, 1
@@ -263,15 +315,15 @@ def repeated_windows(hi, lo):
                 if slot_hi[x] == hi[i] and slot_lo[x] == lo[i]:
                     slot_count[x] += 1
                     break
-                x = (x + U64(1)) & tmask
-            where[q] = np.int64(x)
+                x = (x + 1) & tmask
+            where[q] = x
         for q in range(lo_cut, hi_cut):
-            x = where[q]
-            if slot_count[x] >= 2:
+            y = where[q]
+            if slot_count[y] >= 2:
                 i = order[q]
                 index[h] = i
-                removable[h] = slot_first[x] != i
-                count[h] = slot_count[x]
+                removable[h] = slot_first[y] != i
+                count[h] = slot_count[y]
                 h += 1
     return index[:h], removable[:h], count[:h], distinct
 
@@ -296,7 +348,7 @@ def covered_spans(cursor, hit_unit, removable, count, k, keep_none):
     units = cursor[cursor.shape[0] - 1]
     rep = np.zeros(units + 1, np.int32)
     cut = np.zeros(units + 1, np.int32)
-    best = np.zeros(units, np.int64)
+    best = np.zeros(units, np.int32)
     for h in range(hit_unit.shape[0]):
         u = hit_unit[h]
         rep[u] += 1
@@ -305,15 +357,16 @@ def covered_spans(cursor, hit_unit, removable, count, k, keep_none):
             cut[u] += 1
             cut[u + k] -= 1
         best[u] = max(best[u], count[h])
-    return _runs(cursor, rep, best), _runs(cursor, cut, best)
+    cap = hit_unit.shape[0] + 1  # a run holds the first unit of a repeated window
+    return runs_of(cursor, rep, best, cap), runs_of(cursor, cut, best, cap)
 
 
 @njit(nogil=True, cache=True)
-def _runs(cursor, diff, best):
+def runs_of(cursor, diff, best, cap):
     """Maximal runs of units, within each text, where the running sum of ``diff`` is positive (a window
-    ends where the next one of its text could start, so the sum runs across texts)."""
+    ends where the next one of its text could start, so the sum runs across texts); at most ``cap`` runs
+    (arrays sized once: growing them in this loop made numba's code several times slower)."""
     n = cursor.shape[0] - 1
-    cap = 16
     first = np.empty(cap, np.int64)
     last = np.empty(cap, np.int64)
     text = np.empty(cap, np.int64)
@@ -327,10 +380,6 @@ def _runs(cursor, diff, best):
             depth += diff[u]
             if depth > 0:
                 if not open_run:
-                    if r == cap:
-                        cap *= 2
-                        first, last, text = _grown(first, cap), _grown(last, cap), _grown(text, cap)
-                        top, top_at = _grown(top, cap), _grown(top_at, cap)
                     first[r], text[r], top[r], top_at[r] = u, d, -1, u
                     open_run = True
                 if best[u] > top[r]:

@@ -40,7 +40,6 @@ from ..engine.partitions import Carried
 from ..engine.shuffle import exchange
 from ..engine.tasks import delayed
 from ..kernels import substrings as cpu
-from ..kernels.hashing import padded_words
 from .normalize import arrow_buffers, fold_sigma, from_buffers, reference_lower
 
 #: bits of a window's exchange key that hold its index within its partition (the partition is above)
@@ -53,16 +52,16 @@ SAMPLE_CHARS = 300
 
 def unit_hashes(raw: pa.Array, char_mode: bool) -> tuple:
     """The units of every text of ``raw`` (``string[n]``) and their two hashes: ``(offsets, start, end, cursor,
-    a, b, chars)``: the texts' byte offsets, each unit's bytes ``start:end`` (``int64[u]``), text d's units
+    a, b, chars)``: the texts' byte offsets, each unit's bytes ``start:end`` within its text (``int64[u]``),
+    text d's units
     ``cursor[d]:cursor[d + 1]``, ``a``, ``b`` (``uint64[u]``), and ``chars``: ``(char_start, char_end,
     doc_chars)`` of ``kernels.substrings.unit_spans``."""
     offsets, data = arrow_buffers(raw)
     start, end, cursor, ascii, char_start, char_end, doc_chars = cpu.unit_spans(offsets, data, char_mode)
-    lower = data.copy()
-    lower[(data >= 65) & (data <= 90)] += 32
     other = np.flatnonzero(~ascii)
-    other_offsets, other_data = _normal_forms(data, start[other], end[other])
-    a, b = cpu.unit_hashes(padded_words(lower), start, end, ascii, other_offsets, padded_words(other_data))
+    base = offsets[np.searchsorted(cursor, other, side="right") - 1]
+    other_offsets, other_data = _normal_forms(data, base + start[other], base + end[other])
+    a, b = cpu.unit_hashes(data, offsets, start, end, cursor, ascii, other_offsets, other_data)
     return offsets, start, end, cursor, a, b, (char_start, char_end, doc_chars)
 
 
@@ -73,8 +72,7 @@ def substring_units(raw: pa.Array, char_mode: bool, k: int, window_hashes=cpu.wi
     offsets, start, end, cursor, a, b, (char_start, char_end, doc_chars) = unit_hashes(raw, char_mode)
     win_cursor = cpu.window_counts(cursor, k)
     hi, lo = window_hashes(a, b, cursor, win_cursor, k)
-    doc_start = np.repeat(offsets[:-1], np.diff(cursor))
-    return {"cursor": cursor, "start": start - doc_start, "end": end - doc_start, "char_start": char_start,
+    return {"cursor": cursor, "start": start, "end": end, "char_start": char_start,
             "char_end": char_end, "doc_chars": doc_chars, "doc_bytes": np.diff(offsets), "win_cursor": win_cursor, "hi": hi, "lo": lo}
 
 
@@ -192,12 +190,8 @@ def _windows_by_key(df: pd.DataFrame, kept: np.ndarray, q: int, n_buckets: int) 
     corpus order: ``key = q << LOCAL_BITS | window index in the partition`` orders them and says whose
     they are."""
     d = df.attrs["substrings"]
-    use = np.repeat(kept, np.diff(d["win_cursor"]))
-    index = np.flatnonzero(use)
-    hi, lo = d["hi"][index], d["lo"][index]
-    key = (np.int64(q) << LOCAL_BITS) | index
-    order, cuts = cpu.counting_order(cpu.bucket_of(hi, n_buckets), n_buckets)
-    hi, lo, key = hi[order], lo[order], key[order]
+    hi, lo, key, cuts = cpu.split_windows(d["hi"], d["lo"], d["win_cursor"], np.ascontiguousarray(kept, bool), q,
+                                          LOCAL_BITS, n_buckets)
     return tuple((hi[cuts[b]:cuts[b + 1]], lo[cuts[b]:cuts[b + 1]], key[cuts[b]:cuts[b + 1]])
                  for b in range(n_buckets))
 
@@ -392,7 +386,6 @@ def suffix_array_spans(texts: list[str], k: int, keep: str = "first", char_mode:
         np.add.at(diff, sa[flags] + k, -1)
         covered = np.cumsum(diff)[:-1][at] > 0
         unit_diff = np.diff(np.concatenate(([0], covered.astype(np.int32), [0]))).astype(np.int32)
-        runs = cpu._runs(cursor, unit_diff, np.zeros(units, np.int64))
-        doc_start = np.repeat(offsets[:-1], np.diff(cursor))
-        out.append(_ranges({"start": start - doc_start, "end": end - doc_start}, runs, n)[0])
+        runs = cpu.runs_of(cursor, unit_diff, np.zeros(units, np.int32), units // 2 + 1)
+        out.append(_ranges({"start": start, "end": end}, runs, n)[0])
     return [(rep or [], rem or []) for rep, rem in zip(*out)]
