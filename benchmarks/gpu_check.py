@@ -664,8 +664,22 @@ def host_api_parity(backend, arr: pa.Array, fz) -> dict:
     checks = {"signatures": np.array_equal(g_sigs, c_sigs), "set_offsets": np.array_equal(g_off, c_off),
               "band_keys": np.array_equal(backend.minhash.band_keys(g_sigs, fz.bands, fz.rows, fz.seed),
                                           minhash.band_keys(c_sigs, fz.bands, fz.rows, fz.seed))}
+    checks.update(_substring_parity(backend, arr))
     return {"documents": len(arr), "first_offset": int(offsets[0]), "checks": {k: bool(v) for k, v in checks.items()},
             "ok": bool(all(checks.values()))}
+
+
+def _substring_parity(backend, arr: pa.Array) -> dict:
+    """The substrings stage's CUDA kernels (window keys; repeated windows of a bucket) against the CPU's."""
+    from gpucurate.kernels import substrings as cpu
+    from gpucurate.stages.substrings import unit_hashes
+    _, _, _, cursor, a, b, _ = unit_hashes(arr, False)
+    win = cpu.window_counts(cursor, 50)
+    g_keys, c_keys = backend.substrings.window_hashes(a, b, cursor, win, 50), cpu.window_hashes(a, b, cursor, win, 50)
+    hits = [f(*c_keys) for f in (backend.substrings.repeated_windows, cpu.repeated_windows)]
+    as_set = [sorted(zip(h[0].tolist(), h[1].tolist(), h[2].tolist())) for h in hits]
+    return {"substring_window_keys": all(np.array_equal(g, c) for g, c in zip(g_keys, c_keys)),
+            "substring_repeated_windows": as_set[0] == as_set[1] and hits[0][3] == hits[1][3]}
 
 
 def _same_bytes(a: Path, b: Path) -> bool:

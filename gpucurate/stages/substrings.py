@@ -271,8 +271,10 @@ def _ranges(d: dict, runs: tuple, n: int) -> tuple[list, np.ndarray]:
 def _apply_spans(state: dict, first_row: int, found: dict, *, apply) -> dict:
     result = SubstringResult(found["spans"], found["cuts"], found["chars_removed"], found["drop"], found["reason"])
     top = [(c, first_row + t, s, e, h) for c, t, s, e, h in found["top"]]
+    # what this stage drops: documents still kept now (the paragraph stage may have dropped some)
+    counts = dict(found["counts"], dropped=int((found["drop"] & np.asarray(state["annotations"].column("keep"))).sum()))
     return {"annotations": apply(state["annotations"], result),
-            "substring_counts": (found["counts"], top, found["seconds"], found["bucket_counts"])}
+            "substring_counts": (counts, top, found["seconds"], found["bucket_counts"])}
 
 
 def _span_counts(state: dict, first_row: int) -> dict:
