@@ -44,6 +44,9 @@ def define_window_functions(jit):
     return window_lane
 
 
+#: each byte with A-Z lowercased
+_LOWER = np.arange(256, dtype=np.uint8)
+_LOWER[65:91] += 32
 #: byte classes of ``unit_spans``: 0 inside a unit, 1 ASCII whitespace, 2 the lead byte of a character that
 #: may be Unicode whitespace (U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028/9, U+202F, U+205F, U+3000)
 _BYTE_CLASS = np.zeros(256, np.uint8)
@@ -141,10 +144,7 @@ def _hash_pair(data, start, end):
     while i < end:
         w = U64(0)
         for j in range(min(8, end - i)):
-            c = data[i + j]
-            if 65 <= c <= 90:
-                c += 32
-            w |= U64(c) << U64(8 * j)
+            w |= U64(_LOWER[data[i + j]]) << U64(8 * j)
         ha = mix_word(ha, w)
         hb = mix_word(hb, w)
         i += 8
@@ -217,11 +217,11 @@ def _bucket(h, n_buckets):
     return np.int64(((h >> U64(32)) * U64(n_buckets)) >> U64(32))
 
 
-@njit(nogil=True, cache=True, aot=("u8[:], u8[:], i8[:], b1[:], i8, i8, i8",))
-def split_windows(hi, lo, win_cursor, kept, part, local_bits, n_buckets):
+@njit(nogil=True, cache=True, aot=("u8[:], u8[:], i8[:], i8[:], b1[:], i8, i8, i8",))
+def split_windows(hi, lo, cursor, win_cursor, kept, part, local_bits, n_buckets):
     """The kept texts' windows grouped by bucket, in corpus order within each: ``(hi, lo, key, cuts)``
-    where bucket b holds ``[cuts[b], cuts[b + 1])`` and ``key = part << local_bits | window index``
-    (an O(w) counting sort, in one kernel: numpy's temporaries cost more than the sort)."""
+    where bucket b holds ``[cuts[b], cuts[b + 1])`` and ``key = part << local_bits | the window's first
+    unit`` (an O(w) counting sort, in one kernel: numpy's temporaries cost more than the sort)."""
     n = kept.shape[0]
     cuts = np.zeros(n_buckets + 1, np.int64)
     for d in range(n):
@@ -238,10 +238,11 @@ def split_windows(hi, lo, win_cursor, kept, part, local_bits, n_buckets):
     top = np.int64(part) << local_bits
     for d in range(n):
         if kept[d]:
+            unit = top | (cursor[d] - win_cursor[d])  # window w starts at unit w + this
             for w in range(win_cursor[d], win_cursor[d + 1]):
                 b = _bucket(hi[w], n_buckets)
                 x = fill[b]
-                out_hi[x], out_lo[x], out_key[x] = hi[w], lo[w], top | w
+                out_hi[x], out_lo[x], out_key[x] = hi[w], lo[w], unit + w
                 fill[b] = x + 1
     return out_hi, out_lo, out_key, cuts
 
@@ -269,19 +270,28 @@ def repeated_windows(hi, lo):
 
     Returns ``(index int64[h], removable bool[h], count int32[h], distinct int64)``: each such window's
     position in the input, whether it is not its key's first occurrence, how often its key occurs, and the
-    number of distinct keys. Sub-buckets by the low ``SUB_BITS`` bits of ``hi`` keep each open-addressing
-    table in cache; the counting sort into them is stable, so a table sees a key's first occurrence first.
+    number of distinct keys. The keys are first moved, stably, into sub-buckets by the low ``SUB_BITS`` bits
+    of ``hi`` (a counting sort that copies them, so the tables below read them in order); each sub-bucket's
+    open-addressing table stays in cache and sees a key's first occurrence first.
     """
     m = hi.shape[0]
     subs = 1 << SUB_BITS
     mask = U64(subs - 1)
-    sub = np.empty(m, np.int64)
+    cuts = np.zeros(subs + 1, np.int64)
     for i in range(m):
-        sub[i] = np.int64(hi[i] & mask)
-    order, cuts = counting_order(sub, subs)
+        cuts[np.int64(hi[i] & mask) + 1] += 1
     largest = 1
     for s in range(subs):
-        largest = max(largest, cuts[s + 1] - cuts[s])
+        largest = max(largest, cuts[s + 1])
+        cuts[s + 1] += cuts[s]
+    fill = cuts[:-1].copy()
+    s_hi = np.empty(m, np.uint64)
+    s_lo = np.empty(m, np.uint64)
+    s_index = np.empty(m, np.int64)
+    for i in range(m):
+        x = fill[np.int64(hi[i] & mask)]
+        s_hi[x], s_lo[x], s_index[x] = hi[i], lo[i], i
+        fill[np.int64(hi[i] & mask)] = x + 1
     size = 16
     while size < 2 * largest:
         size *= 2
@@ -289,7 +299,7 @@ def repeated_windows(hi, lo):
     slot_lo = np.empty(size, np.uint64)
     slot_first = np.empty(size, np.int64)
     slot_count = np.zeros(size, np.int32)
-    where = np.empty(m, np.int64)  # each window's slot, in order
+    where = np.empty(largest, np.int64)  # each window's slot, in its sub-bucket
     index = np.empty(m, np.int64)
     removable = np.empty(m, np.bool_)
     count = np.empty(m, np.int32)
@@ -305,24 +315,22 @@ def repeated_windows(hi, lo):
         tmask = table - 1
         slot_count[:table] = 0
         for q in range(lo_cut, hi_cut):
-            i = order[q]
-            x = np.int64(hi[i] >> U64(SUB_BITS)) & tmask
+            x = np.int64(s_hi[q] >> U64(SUB_BITS)) & tmask
             while True:
                 if slot_count[x] == 0:
-                    slot_hi[x], slot_lo[x], slot_first[x], slot_count[x] = hi[i], lo[i], i, 1
+                    slot_hi[x], slot_lo[x], slot_first[x], slot_count[x] = s_hi[q], s_lo[q], s_index[q], 1
                     distinct += 1
                     break
-                if slot_hi[x] == hi[i] and slot_lo[x] == lo[i]:
+                if slot_hi[x] == s_hi[q] and slot_lo[x] == s_lo[q]:
                     slot_count[x] += 1
                     break
                 x = (x + 1) & tmask
-            where[q] = x
+            where[q - lo_cut] = x
         for q in range(lo_cut, hi_cut):
-            y = where[q]
+            y = where[q - lo_cut]
             if slot_count[y] >= 2:
-                i = order[q]
-                index[h] = i
-                removable[h] = slot_first[y] != i
+                index[h] = s_index[q]
+                removable[h] = slot_first[y] != s_index[q]
                 count[h] = slot_count[y]
                 h += 1
     return index[:h], removable[:h], count[:h], distinct

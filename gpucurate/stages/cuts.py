@@ -73,7 +73,11 @@ def output_annotations(annotations: pa.Table, texts: pa.Array) -> tuple[list, li
         made["paragraph_text"] = apply_cuts(texts, paragraph)
     if substring.null_count < n:
         made["substring_text"] = cut_texts(texts, substring)
-    if any(c.null_count < n for c in cuts):
-        made["removed_spans"] = pa.array([merge_ranges(*r) for r in zip(*(c.to_pylist() for c in cuts))], RANGES)
+    used = [c for c in cuts if c.null_count < n]
+    if len(used) == 1:  # one stage's ranges are already ascending and disjoint
+        made["removed_spans"] = pc.if_else(pc.fill_null(pc.greater(pc.list_value_length(used[0]), 0), False),
+                                           used[0], pa.scalar(None, RANGES)).cast(RANGES)
+    elif used:
+        made["removed_spans"] = pa.array([merge_ranges(*r) for r in zip(*(c.to_pylist() for c in used))], RANGES)
     columns = [made[name] if name in made else annotations.column(name) for name in ANNOTATION_COLUMNS]
     return list(ANNOTATION_COLUMNS), columns

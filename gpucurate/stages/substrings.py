@@ -187,11 +187,11 @@ def _window_count(df: pd.DataFrame, kept: np.ndarray) -> int:
 
 def _windows_by_key(df: pd.DataFrame, kept: np.ndarray, q: int, n_buckets: int) -> tuple:
     """The kept documents' windows as ``(hi, lo, key)`` pieces, one per bucket (the top bits of ``hi``), in
-    corpus order: ``key = q << LOCAL_BITS | window index in the partition`` orders them and says whose
-    they are."""
+    corpus order: ``key = q << LOCAL_BITS | the window's first unit in the partition`` orders them and says
+    where they are."""
     d = df.attrs["substrings"]
-    hi, lo, key, cuts = cpu.split_windows(d["hi"], d["lo"], d["win_cursor"], np.ascontiguousarray(kept, bool), q,
-                                          LOCAL_BITS, n_buckets)
+    hi, lo, key, cuts = cpu.split_windows(d["hi"], d["lo"], d["cursor"], d["win_cursor"],
+                                          np.ascontiguousarray(kept, bool), q, LOCAL_BITS, n_buckets)
     return tuple((hi[cuts[b]:cuts[b + 1]], lo[cuts[b]:cuts[b + 1]], key[cuts[b]:cuts[b + 1]])
                  for b in range(n_buckets))
 
@@ -223,9 +223,7 @@ def _partition_spans(df: pd.DataFrame, pieces: list, kept: np.ndarray, k: int, k
     d = df.attrs["substrings"]
     cursor, win_cursor = d["cursor"], d["win_cursor"]
     n = len(cursor) - 1
-    window = np.concatenate([p[0] for p in pieces]) & ((1 << LOCAL_BITS) - 1)
-    text = np.searchsorted(win_cursor, window, side="right") - 1
-    unit = cursor[text] + (window - win_cursor[text])
+    unit = np.concatenate([p[0] for p in pieces]) & ((1 << LOCAL_BITS) - 1)
     removable = np.concatenate([p[1] for p in pieces])
     count = np.concatenate([p[2] for p in pieces]).astype(np.int32)
     rep, cut = cpu.covered_spans(cursor, unit, removable, count, k, keep_none)
