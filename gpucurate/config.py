@@ -184,7 +184,8 @@ class SemanticConfig:
 
 @dataclass
 class ContaminationConfig:
-    """Benchmark-contamination gate: word n-gram overlap with benchmark items (off without benchmarks)."""
+    """The gate for what must not reach training: word n-gram overlap with benchmark items, named regexes,
+    term lists and PII presets, each flagged, dropped, stripped or redacted (off while none is listed)."""
 
     #: each {name, path, fields, id_field} (or "name=path:field1,field2"): JSON Lines or Parquet files, or
     #: a directory of them; an item is its fields joined by newlines
@@ -196,10 +197,24 @@ class ContaminationConfig:
     #: n-grams found in more than this many documents are ignored (too common to be evidence); null -> none
     max_doc_frequency: Optional[int] = 100
     #: flag: annotate only; drop: keep=false; strip: remove the matched spans (+ strip_window characters
-    #: on each side) into stripped_text, dropping the document when fewer than strip_min_chars remain
+    #: on each side) into stripped_text, dropping the document when fewer than strip_min_chars remain; the
+    #: default action of the patterns, terms and PII presets too
     action: str = _choice("flag", "flag", "drop", "strip")
     strip_window: int = 200
     strip_min_chars: int = 200
+    #: named RE2 regexes matched on the original text: each {name, regex, action} (or "name=regex"); action
+    #: flag, drop, strip (the matched bytes only) or redact (each match -> <NAME> in redacted_text); null
+    #: action -> `action` (redact needs saying)
+    patterns: list = field(default_factory=list, metadata={"items": "any"})
+    #: named term lists: each {name, path, action} (or "name=path"), a UTF-8 file of one term per line (blank
+    #: lines and lines starting with # skipped), matched as whole words of the normalized text (CJK: whole
+    #: characters)
+    terms: list = field(default_factory=list, metadata={"items": "any"})
+    #: PII presets: names (email, phone, ipv4, ipv6, card, iban, secret) or {name, action}; "all" -> every one
+    pii: list = field(default_factory=list, metadata={"items": "any"})
+    #: samples of pattern, term and PII matches in contamination_report.json and report.html: masked (first
+    #: and last characters kept) or full
+    report_samples: str = _choice("masked", "masked", "full")
 
 
 @dataclass(frozen=True)
@@ -238,6 +253,79 @@ def parse_benchmarks(entries: list) -> list[Benchmark]:
     names = [b.name for b in out]
     if len(set(names)) != len(names):
         raise ConfigError(f"contamination.benchmarks: names must be unique, got {names}")
+    return out
+
+
+#: the PII presets of ``contamination.pii``, in the order their matches are reported
+PII_PRESETS = ("email", "phone", "ipv4", "ipv6", "card", "iban", "secret")
+#: actions of a pattern, term list or PII preset
+RULE_ACTIONS = ("flag", "drop", "strip", "redact")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule of the gate besides benchmarks: ``kind`` pattern (``source`` is an RE2 regex), terms
+    (``source`` is a file path) or pii (``source`` is the preset's name)."""
+
+    name: str
+    kind: str
+    source: str
+    action: str
+
+
+def _rule_entry(entry, where: str, value_key: str) -> dict:
+    if isinstance(entry, str):
+        if "=" not in entry:
+            raise ConfigError(f"{where}: expected 'name={value_key}' or a mapping, got {entry!r}")
+        name, value = entry.split("=", 1)
+        entry = {"name": name, value_key: value}
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: expected a mapping with name and {value_key}, got {entry!r}")
+    unknown = set(entry) - {"name", value_key, "action"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))} (known: action, name, {value_key})")
+    if not isinstance(entry.get(value_key), str) or not entry[value_key]:
+        raise ConfigError(f"{where}: needs a non-empty '{value_key}'")
+    return entry
+
+
+def parse_rules(cfg: "ContaminationConfig") -> list[Rule]:
+    """``contamination.patterns``, ``terms`` and ``pii`` -> Rules (patterns, then terms, then PII presets).
+    Names are unique across the three and across benchmarks; a rule without an action takes
+    ``contamination.action``. Regexes are checked by ``stages.patterns`` when the gate is built."""
+    rules = []
+    for key, value_key, kind in (("patterns", "regex", "pattern"), ("terms", "path", "terms")):
+        for k, entry in enumerate(getattr(cfg, key)):
+            entry = _rule_entry(entry, f"contamination.{key}[{k}]", value_key)
+            rules.append((f"contamination.{key}[{k}]", entry.get("name"), kind, entry[value_key], entry.get("action")))
+    pii = cfg.pii
+    if isinstance(pii, str):
+        pii = [pii]
+    for k, entry in enumerate(pii):
+        where = f"contamination.pii[{k}]"
+        if entry == "all":
+            rules += [(where, p, "pii", p, None) for p in PII_PRESETS]
+            continue
+        if isinstance(entry, str):
+            entry = {"name": entry}
+        if not isinstance(entry, dict) or set(entry) - {"name", "action"}:
+            raise ConfigError(f"{where}: expected a preset name or {{name, action}}, got {entry!r}")
+        if entry.get("name") not in PII_PRESETS:
+            raise ConfigError(f"{where}: unknown PII preset {entry.get('name')!r} (known: all, "
+                              f"{', '.join(PII_PRESETS)})")
+        rules.append((where, entry["name"], "pii", entry["name"], entry.get("action")))
+    out = []
+    for where, name, kind, source, action in rules:
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_\-]*", name):
+            raise ConfigError(f"{where}: name must be a letter then letters, digits, _ or -, got {name!r}")
+        action = cfg.action if action is None else action
+        if action not in RULE_ACTIONS:
+            raise ConfigError(f"{where}: action must be one of {', '.join(RULE_ACTIONS)}, got {action!r}")
+        out.append(Rule(name, kind, source, action))
+    names = [r.name for r in out] + [b.name for b in parse_benchmarks(cfg.benchmarks)]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ConfigError(f"contamination: rule and benchmark names must be unique, repeated: {', '.join(repeated)}")
     return out
 
 
@@ -317,7 +405,7 @@ class OutputConfig:
 #: annotation columns added to every record, in this order
 ANNOTATION_COLUMNS = ("doc_id", "dedup_id", "is_canonical", "keep", "drop_stage", "drop_reason", "similarity",
                       "cluster_size", "weight", "exact_group", "fuzzy_group", "semantic_group", "contaminated",
-                      "contamination", "stripped_text", "paragraph_text", "paragraph_chars_removed", "substring_spans",
+                      "contamination", "contamination_spans", "stripped_text", "redacted_text", "paragraph_text", "paragraph_chars_removed", "substring_spans",
                       "substring_text", "substring_chars_removed", "removed_spans")
 
 
@@ -417,6 +505,7 @@ class Config:
         if c.max_doc_frequency is not None and c.max_doc_frequency < 1:
             raise ConfigError(f"contamination.max_doc_frequency must be >= 1 or null, got {c.max_doc_frequency}")
         parse_benchmarks(c.benchmarks)
+        parse_rules(c)
         for key in ("min_words", "max_words"):
             if getattr(self.quality, key) is not None and getattr(self.quality, key) < 0:
                 raise ConfigError(f"quality.{key} must be >= 0 or null")

@@ -115,7 +115,8 @@ def read_annotations(out_dir: Path) -> pd.DataFrame:
 
 ANNOTATION_COLUMNS = ["doc_id", "dedup_id", "is_canonical", "keep", "drop_stage", "drop_reason", "similarity",
                       "cluster_size", "weight", "exact_group", "fuzzy_group", "semantic_group", "contaminated",
-                      "contamination", "stripped_text", "paragraph_text", "paragraph_chars_removed",
+                      "contamination", "contamination_spans", "stripped_text", "redacted_text", "paragraph_text",
+                      "paragraph_chars_removed",
                       "substring_spans", "substring_text", "substring_chars_removed", "removed_spans"]
 
 

@@ -62,17 +62,25 @@ def test_gates_and_paragraphs_on_a_cluster(tmp_path, demo_frame, cluster, p2p, m
     bench = write_jsonl(tmp_path / "bench.jsonl", [item])
     for r in recs[::50]:
         r["text"] = (r["text"] or "") + "\n\n" + item["question"] + " " + item["answer"]
+    for r in recs[7::40]:  # the pattern, term and PII rules too
+        r["text"] = (r["text"] or "") + " Write to ann@example.org or Müller GmbH, card 4111 1111 1111 1111."
+    (tmp_path / "terms.txt").write_text("Müller GmbH\n", encoding="utf-8")
     for n in range(2):
         write_jsonl(tmp_path / f"part-{n}.jsonl", recs[n * 200:(n + 1) * 200])
     over = ["run.progress=false", "quality.min_words=5", "paragraphs.enabled=true", "contamination.action=strip",
-            f"contamination.benchmarks=['b={bench}:question,answer']", "contamination.strip_min_chars=10"]
+            f"contamination.benchmarks=['b={bench}:question,answer']", "contamination.strip_min_chars=10",
+            "contamination.pii=[{name: email, action: redact}, card]",
+            f"contamination.terms=[{{name: firm, path: '{tmp_path / 'terms.txt'}', action: redact}}]"]
     inputs = [str(tmp_path / "part-*.jsonl")]
     local = gpucurate.run(inputs, tmp_path / "local", overrides=over)
     remote = gpucurate.run(inputs, tmp_path / "remote", overrides=over + [f"run.scheduler={cluster.scheduler_address}"])
     pd.testing.assert_frame_equal(read_annotations(tmp_path / "remote"), read_annotations(tmp_path / "local"))
-    for key in ("contaminated_documents", "dropped", "stripped", "items"):
+    for key in ("contaminated_documents", "dropped", "stripped", "items", "redacted", "rules"):
         assert remote["stages"]["contamination"][key] == local["stages"]["contamination"][key], key
-    assert remote["stages"]["contamination"]["contaminated_documents"] == 8
+    assert remote["stages"]["contamination"]["contaminated_documents"] == 8 + 10
+    assert remote["stages"]["contamination"]["redacted"] == 10
+    assert (tmp_path / "remote" / "contamination_report.json").read_text() == \
+        (tmp_path / "local" / "contamination_report.json").read_text()
     assert remote["stages"]["quality"]["dropped"] > 0 and remote["stages"]["paragraphs"]["documents_changed"] > 0
 
 

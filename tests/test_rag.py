@@ -188,3 +188,29 @@ def test_unreachable_database_is_a_clear_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 1 and "127.0.0.1:9/nothing" in err and "secret" not in err
     assert not (tmp_path / "s" / "MANIFEST.json").exists()  # nothing committed
+
+
+@pytest.mark.semantic
+def test_the_sink_honours_the_contamination_gate(tmp_path, pg_dsn, db, archive_batches):
+    """A document the gate drops is never indexed; a redacted one is indexed (text and chunks) redacted."""
+    from gpucurate.workflows.ingest import ingest
+    from gpucurate.rag.payload import RagSink
+    arch, _ = archive_batches
+    records = arch.iloc[:40].to_dict(orient="records")
+    # the first document of two clusters: each its cluster's canonical (canonical.policy first)
+    redact, drop = 0, next(k for k, r in enumerate(records) if r["true_cluster"] != records[0]["true_cluster"])
+    records[redact]["text"] += "\n\nReply to olga.petrova@example.com before Friday."
+    records[drop]["text"] += "\n\nCustomer tax id INN 7707083893."
+    src = write_jsonl(tmp_path / "gated.jsonl", records)
+    schema = "rag_gated"
+    over = {**ARCHIVE, "contamination.pii": [{"name": "email", "action": "redact"}],
+            "contamination.patterns": [{"name": "inn", "regex": r"\bINN \d{10}\b", "action": "drop"}]}
+    sink = RagSink(pg_dsn, schema)
+    ingest([str(src)], tmp_path / "state", overrides=over, sink=sink)
+    sink.close()
+    stored = dict(db.execute(f"SELECT doc_id, text FROM {schema}.documents").fetchall())
+    assert str(records[drop]["id"]) not in stored and len(stored) > 1
+    assert stored[str(records[redact]["id"])].endswith("Reply to <EMAIL> before Friday.")
+    for table in ("documents", "chunks"):
+        leaked = db.execute(f"SELECT count(*) FROM {schema}.{table} WHERE text LIKE '%olga.petrova%'").fetchone()[0]
+        assert leaked == 0, table

@@ -42,13 +42,13 @@ MODULE = "gpucurate_kernels"
 MANIFEST = "manifest.json"
 #: the files whose kernels are built (their contents name the build)
 SOURCES = ("kernels/hashing.py", "kernels/text.py", "kernels/minhash.py", "kernels/pairs.py", "kernels/gates.py",
-           "kernels/semantic.py", "kernels/bloom.py", "kernels/substrings.py", "kernels/jit.py", "kernels/aot.py",
-           "review/evaluate.py")
+           "kernels/semantic.py", "kernels/bloom.py", "kernels/substrings.py", "kernels/patterns.py", "kernels/jit.py",
+           "kernels/aot.py", "review/evaluate.py")
 
 #: the modules whose kernels declare the signatures every build has (``njit(aot=...)``)
 _KERNEL_MODULES = ("gpucurate.kernels.hashing", "gpucurate.kernels.text", "gpucurate.kernels.minhash",
                    "gpucurate.kernels.pairs", "gpucurate.kernels.gates", "gpucurate.kernels.semantic",
-                   "gpucurate.kernels.bloom", "gpucurate.kernels.substrings")
+                   "gpucurate.kernels.bloom", "gpucurate.kernels.substrings", "gpucurate.kernels.patterns")
 #: a failed build is tried again after this long (the compiler may have been installed, or disk freed)
 RETRY_FAILED_S = 24 * 3600
 #: builds of other sources or machines that no process loaded for this long are deleted by the next build

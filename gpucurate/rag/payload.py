@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .chunks import chunk_documents, chunk_fuzzy_config, sketch_chunks
 from ..errors import ConfigError
@@ -106,6 +107,10 @@ def build_payload(state, batch, executor) -> RagPayload:
     similarity = np.asarray(ann.column("similarity"))
     cluster_size = np.asarray(ann.column("cluster_size"))
     texts, metadata = batch_records(batch, batch.new_batch_rows)
+    # what the contamination gate made of a text is what gets indexed: redacted, else stripped
+    gated = pc.coalesce(ann.column("redacted_text"), ann.column("stripped_text")).slice(c - k).to_pylist()
+    texts = [t if g is None else g for t, g in zip(texts, gated)]
+    changed = np.array([g is not None for g in gated], bool)
     stats = {"documents_embedded": 0, "document_embeddings_reused": 0}
 
     # canonical documents: kept canonicals among the new ones (an empty text has nothing to retrieve)
@@ -117,7 +122,7 @@ def build_payload(state, batch, executor) -> RagPayload:
     have = np.zeros(len(can), bool)
     if batch.vectors is not None and len(batch.vectors.rows):
         pos = pd.Index(batch.vectors.rows).get_indexer(closure.rows[can])
-        have = pos >= 0
+        have = (pos >= 0) & ~changed[can_local]  # a changed text is embedded as it is indexed
         vectors[have] = batch.vectors.vectors[pos[have]]
     if (~have).any():
         from ..stages.normalize import normalize

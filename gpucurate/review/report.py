@@ -288,8 +288,18 @@ def build_report(run_dir: str | Path, samples: ClusterSamples | None = None) -> 
             parts.append(f"<h3>{html.escape(name)}: {b['items_found']:,} of {b['items']:,} items found in "
                          f"{b['contaminated_documents']:,} documents</h3>")
             parts.append(_table(b["hits"][:50], ["doc_id", "item_id", "matches", "matched_text"]))
+        if rep.get("rules"):
+            shown = "full" if rep.get("report_samples") == "full" else "masked"
+            parts.append("<h3>Patterns, terms and PII</h3>" + _table(
+                [{"rule": name, "kind": r["kind"], "action": r["action"], "documents": r["documents"],
+                  "matches": r["matches"]} for name, r in rep["rules"].items()],
+                ["rule", "kind", "action", "documents", "matches"]))
+            for name, r in rep["rules"].items():
+                if r["samples"]:
+                    parts.append(f"<h4>{html.escape(name)}: first matches ({shown})</h4>"
+                                 + _table(r["samples"][:10], ["doc_id", "start", "end", "text"]))
     else:
-        parts.append("<p>No benchmarks configured.</p>")
+        parts.append("<p>No benchmarks, patterns, terms or PII presets configured.</p>")
 
     substrings = summary["stages"].get("substrings", {})
     if substrings.get("enabled"):

@@ -10,7 +10,7 @@ from ..config import OutputConfig
 from ..engine.executor import Executor
 from ..engine.shuffle import answer_columns, lookup
 from ..engine.tasks import delayed
-from .contamination import CONTAMINATION_COLUMNS, STRIP_CUTS_COLUMN, ContaminationResult
+from .contamination import CONTAMINATION_COLUMNS, SPANS_TYPE, STRIP_CUTS_COLUMN, ContaminationResult
 from .exact import ExactResult
 from .fuzzy import FuzzyResult
 from ..io.writer import ID_TYPE_KEY
@@ -60,9 +60,8 @@ def annotate(table: DocTable, exact: ExactResult, fuzzy: FuzzyResult | None, out
     ids = table.ids
     gates = Gates(quality.rule >= 0, quality.reasons, None) if quality is not None else None
     if contamination is not None:
-        c = contamination
         gates = gates or Gates(np.zeros(n, bool), None, None)
-        gates.contamination = (c.contaminated, c.label, c.stripped, c.drop, c.drop_reason)
+        gates.contamination = contamination.gates()
     return annotation_columns(
         np.arange(n, dtype=np.int64), exact_canon, fuzzy_canon, final, ids, ids[exact_canon], ids[fuzzy_canon],
         ids[final], fuzzy_sim, semantic_sim, cluster_size, gates, out,
@@ -73,7 +72,7 @@ def annotate(table: DocTable, exact: ExactResult, fuzzy: FuzzyResult | None, out
 class Gates:
     """What the gates decided about a slice of documents: ``failed`` bool[m] (a quality rule), ``reasons(rows)``
     the quality messages of the failed positions, and ``contamination``: ``(contaminated bool[m], label object[m],
-    stripped object[m], drop bool[m], drop_reason object[m])`` or None."""
+    stripped object[m], drop bool[m], drop_reason object[m], redacted object[m], spans object[m])`` or None."""
 
     def __init__(self, failed: np.ndarray, reasons, contamination: tuple | None):
         self.failed, self.reasons, self.contamination = failed, reasons, contamination
@@ -132,9 +131,9 @@ def annotation_columns(rows, exact_canon, fuzzy_canon, final, ids, exact_ids, fu
         reason[r] = gates.reasons(r)
         gate_drop[r] = True
     contaminated = np.zeros(n, bool)
-    label, stripped = np.full(n, None, dtype=object), np.full(n, None, dtype=object)
+    label, stripped, redacted, spans = (np.full(n, None, dtype=object) for _ in range(4))
     if gates is not None and gates.contamination is not None:
-        contaminated, label, stripped, drop, drop_reason = gates.contamination
+        contaminated, label, stripped, drop, drop_reason, redacted, spans = gates.contamination
         r = np.flatnonzero(drop & ~gate_drop & is_canonical)
         drop_stage[r] = "contamination"
         reason[r] = drop_reason[r]
@@ -163,7 +162,9 @@ def annotation_columns(rows, exact_canon, fuzzy_canon, final, ids, exact_ids, fu
         "semantic_group": id_array(final_ids),
         "contaminated": pa.array(contaminated),
         "contamination": pa.array(label, type=pa.string()),
+        "contamination_spans": pa.array(spans, type=SPANS_TYPE),
         "stripped_text": pa.array(stripped, type=pa.string()),
+        "redacted_text": pa.array(redacted, type=pa.string()),
         # byte ranges removed by the paragraphs stage; the writer turns them into paragraph_text
         PARAGRAPH_CUTS: pa.nulls(n, type=RANGES),
         "paragraph_chars_removed": pa.array(np.zeros(n, np.int64)),

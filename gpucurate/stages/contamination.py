@@ -18,7 +18,6 @@ only when fewer than ``strip_min_chars`` characters remain.
 from __future__ import annotations
 
 import time
-import unicodedata
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -27,19 +26,25 @@ import orjson
 import pandas as pd
 import pyarrow as pa
 
-from ..config import Benchmark, ContaminationConfig, NormalizeConfig, parse_benchmarks
+from ..config import Benchmark, ContaminationConfig, parse_benchmarks
 from ..errors import InputError
 from ..engine.executor import Executor
 from ..engine.partitions import Carried
 from ..engine.tasks import delayed
 from ..kernels.gates import ngram_hashes, ngram_matches
 from ..kernels.hashing import padded_words
-from .normalize import arrow_buffers, normalize, reference_lower
+from .cuts import edited, merge_ranges
+from .normalize import arrow_buffers, normalize, per_char_normalized
+from .patterns import MATCH_NORMALIZE, RuleMatches, RuleSet, mask, redaction_token
 
-#: normalization of items and documents for n-gram matching
-MATCH_NORMALIZE = NormalizeConfig(nfkc=True, lowercase=True, collapse_whitespace=True, strip_punctuation=True)
 #: characters of matched text kept per hit in the report
 REPORT_TEXT_CHARS = 1000
+#: samples of each pattern, term or PII rule in the report (the first ones in input order)
+REPORT_RULE_SAMPLES = 20
+#: the type of the ``contamination_spans`` annotation: every match of a pattern, term or PII rule (items
+#: named as Parquet's lists name them, as ``cuts.RANGES``, so a part file rewritten keeps its bytes)
+SPANS_TYPE = pa.list_(pa.field("element", pa.struct([("rule", pa.string()), ("action", pa.string()),
+                                                     ("start", pa.int64()), ("end", pa.int64())])))
 
 
 def _benchmark_files(path: str) -> list[tuple[object, str]]:
@@ -135,24 +140,35 @@ class ItemIndex:
         return which, entry
 
 
-def contamination_partition(df: pd.DataFrame, index: ItemIndex, keep_raw: bool, kernels=None) -> pd.DataFrame:
-    """Look up every document's n-grams; the matches go to ``df.attrs["contamination"]``: ``(rows,
-    table positions, span starts, span ends)`` (byte spans within the match-normalized text), the normalized
-    texts of matched rows (and their raw texts when ``keep_raw``), and the seconds spent."""
+def contamination_partition(df: pd.DataFrame, index: ItemIndex | None, keep_raw: bool, kernels=None,
+                            rules: RuleSet | None = None) -> pd.DataFrame:
+    """Look up every document's n-grams and rules; the matches go to ``df.attrs["contamination"]``: ``(rows,
+    table positions, span starts, span ends)`` of the benchmark n-grams (byte spans within the
+    match-normalized text), the normalized texts of matched rows (and their raw texts when ``keep_raw``),
+    the rules' ``RuleMatches`` (byte spans of the original text) with the raw texts of their rows, and the
+    seconds spent."""
     start = time.perf_counter()
     out = df.copy(deep=False)
     out.attrs = dict(df.attrs)
     raw = pa.chunked_array(df["_text"].array._pa_array).combine_chunks() if len(df) else pa.array([], pa.large_string())
-    norm = normalize(raw, MATCH_NORMALIZE)
-    offsets, data = arrow_buffers(norm)
-    match = kernels.ngram_matches if kernels is not None else ngram_matches
-    rows, where, s, e = match(offsets, data, padded_words(data), index.lengths, index.table)
-    matched = np.unique(rows)
-    texts = dict(zip(matched.tolist(), norm.take(pa.array(matched)).to_pylist())) if len(matched) else {}
-    raws = dict(zip(matched.tolist(), raw.take(pa.array(matched)).to_pylist())) if keep_raw and len(matched) else {}
-    out.attrs["contamination"] = Carried({"rows": rows, "where": where, "start": s - offsets[rows],
-                                          "end": e - offsets[rows], "texts": texts, "raw": raws,
-                                          "seconds": time.perf_counter() - start})
+    found = {"rows": np.empty(0, np.int64), "where": np.empty(0, np.int64), "start": np.empty(0, np.int64),
+             "end": np.empty(0, np.int64), "texts": {}, "raw": {}}
+    if index is not None:
+        norm = normalize(raw, MATCH_NORMALIZE)
+        offsets, data = arrow_buffers(norm)
+        match = kernels.ngram_matches if kernels is not None else ngram_matches
+        rows, where, s, e = match(offsets, data, padded_words(data), index.lengths, index.table)
+        matched = np.unique(rows)
+        found.update(rows=rows, where=where, start=s - offsets[rows], end=e - offsets[rows])
+        if len(matched):
+            found["texts"] = dict(zip(matched.tolist(), norm.take(pa.array(matched)).to_pylist()))
+            if keep_raw:
+                found["raw"] = dict(zip(matched.tolist(), raw.take(pa.array(matched)).to_pylist()))
+    found["rules"] = rules.match(raw) if rules is not None else RuleMatches.empty()
+    ruled = np.unique(found["rules"].rows)
+    found["rule_raw"] = dict(zip(ruled.tolist(), raw.take(pa.array(ruled)).to_pylist())) if len(ruled) else {}
+    found["seconds"] = time.perf_counter() - start
+    out.attrs["contamination"] = Carried(found)
     return out
 
 
@@ -165,6 +181,15 @@ class ContaminationResult:
     drop_reason: np.ndarray  # object[n]
     report: dict
     stats: dict
+    redacted: np.ndarray | None = None  # object[n]: text after strip and redaction, or None
+    spans: np.ndarray | None = None  # object[n]: the rules' matches (SPANS_TYPE items), or None
+
+    def gates(self) -> tuple:
+        """What ``annotate.Gates.contamination`` holds, in ``CONTAMINATION_COLUMNS`` order."""
+        n = len(self.contaminated)
+        none = np.full(n, None, dtype=object)
+        return (self.contaminated, self.label, self.stripped, self.drop, self.drop_reason,
+                none if self.redacted is None else self.redacted, none if self.spans is None else self.spans)
 
 
 class ContaminationGate:
@@ -178,34 +203,33 @@ class ContaminationGate:
         self.benchmarks = parse_benchmarks(cfg.benchmarks)
         t0 = time.perf_counter()
         self.index = ItemIndex.build(self.benchmarks, cfg.ngram) if self.benchmarks else None
+        self.rules = RuleSet(cfg) if cfg.patterns or cfg.terms or cfg.pii else None
         self.build_seconds = time.perf_counter() - t0
 
     @property
     def enabled(self) -> bool:
-        return self.index is not None
+        return self.index is not None or self.rules is not None
 
     def run(self, ddf):
         kernels = self.backend.gates if self.backend is not None else None
         return ddf.map_partitions(contamination_partition, self.index, self.cfg.action == "strip", kernels,
-                                  meta=ddf._meta)
+                                  self.rules, meta=ddf._meta)
 
     def collect(self, ddf, table, executor: Executor) -> ContaminationResult:
         """The gate's decisions for a table held in this process (``DocTable``), as arrays in table order."""
         found, report, stats = self.decide(ddf, table.part_offsets, executor, lambda rows: table.ids[rows])
         n = table.n
         contaminated = np.zeros(n, bool)
-        label = np.full(n, None, dtype=object)
-        stripped = np.full(n, None, dtype=object)
         drop = np.zeros(n, bool)
-        reason = np.full(n, None, dtype=object)
+        label, stripped, reason, redacted, spans = (np.full(n, None, dtype=object) for _ in range(5))
         for f in found:
             rows = f["rows"]
             contaminated[rows] = True
-            label[rows] = f["label"]
-            stripped[rows] = f["stripped"]
             drop[rows] = f["drop"]
-            reason[rows] = f["reason"]
-        return ContaminationResult(contaminated, label, stripped, drop, reason, report, stats)
+            for column, key in ((label, "label"), (stripped, "stripped"), (reason, "reason"),
+                                (redacted, "redacted"), (spans, "spans")):
+                column[rows] = f[key]
+        return ContaminationResult(contaminated, label, stripped, drop, reason, report, stats, redacted, spans)
 
     def collect_parts(self, ddf, table, executor: Executor) -> tuple:
         """The gate's decisions for a run's ``DocParts``: ``(table with the CONTAMINATION_COLUMNS in its states,
@@ -224,27 +248,49 @@ class ContaminationGate:
         offs = part_offsets
         parts = ddf.to_delayed()
         common = np.empty(0, np.uint64)
-        if cfg.max_doc_frequency is not None and parts:
+        if index is not None and cfg.max_doc_frequency is not None and parts:
             counts = [delayed(_ngram_document_counts)(p, index.table) for p in parts]
             while len(counts) > 1:  # a tree: no task holds more than two tables of the index's size
                 counts = [delayed(_add_counts)(*counts[k:k + 2]) for k in range(0, len(counts), 2)]
             hashes, docs = executor.compute(counts, "contamination: n-gram document counts")[0]
             common = hashes[docs > cfg.max_doc_frequency]
-        found = executor.compute([delayed(_partition_hits)(p, int(offs[q]), index, cfg, common)
+        found = executor.compute([delayed(_partition_hits)(p, int(offs[q]), index, self.rules, cfg, common)
                                   for q, p in enumerate(parts)], "contamination: hits")
         hits = pd.concat([f["hits"] for f in found], ignore_index=True) if found else _no_hits()
         report = self._report(hits, ids_of)
+        if self.rules is not None:
+            report["rules"] = self._rules_report(found, ids_of)
         seconds = sum(f["seconds"] for f in found)
         n = int(offs[-1])
         contaminated = sum(len(f["rows"]) for f in found)
-        stats = {"benchmarks": [b.name for b in self.benchmarks], "items": len(index.item_ids),
+        stats = {"benchmarks": [b.name for b in self.benchmarks],
+                 "items": len(index.item_ids) if index is not None else 0,
                  "ngram": cfg.ngram, "action": cfg.action, "contaminated_documents": int(contaminated),
                  "dropped": int(sum(np.sum(f["drop"]) for f in found)),
                  "stripped": int(sum(x is not None for f in found for x in f["stripped"])),
+                 "redacted": int(sum(x is not None for f in found for x in f["redacted"])),
                  "ignored_common_ngrams": len(common), "index_build_seconds": round(self.build_seconds, 4),
                  "gate_seconds": round(seconds, 4),
                  "docs_per_s": round(n / seconds, 1) if seconds > 0 else None}
+        if self.rules is not None:
+            stats["rules"] = {name: {k: r[k] for k in ("action", "documents", "matches")}
+                              for name, r in report["rules"].items()}
         return found, report, stats
+
+    def _rules_report(self, found: list, ids_of) -> dict:
+        """Per rule: what it is, its action, the documents it hit, its matches and its first samples."""
+        out = {}
+        samples = pd.concat([f["rule_samples"] for f in found], ignore_index=True) if found else None
+        for k, rule in enumerate(self.rules.rules):
+            mine = samples[samples.rule == k].head(REPORT_RULE_SAMPLES) if samples is not None else samples
+            ids = ids_of(mine.row.to_numpy(np.int64)) if mine is not None and len(mine) else []
+            out[rule.name] = {
+                "kind": rule.kind, "source": rule.source, "action": rule.action,
+                "documents": int(sum(f["rule_documents"][k] for f in found)),
+                "matches": int(sum(f["rule_matches"][k] for f in found)),
+                "samples": [{"doc_id": _plain(d), "start": int(a), "end": int(b), "text": t}
+                            for d, a, b, t in zip(ids, mine.start, mine.end, mine.text)] if len(ids) else []}
+        return out
 
     def _report(self, hits: pd.DataFrame, ids_of) -> dict:
         index = self.index
@@ -261,26 +307,27 @@ class ContaminationGate:
                                                                    mine.matches, mine.text)],
             }
         return {"ngram": self.cfg.ngram, "min_matches": self.cfg.min_matches,
-                "max_doc_frequency": self.cfg.max_doc_frequency, "action": self.cfg.action, "benchmarks": out}
+                "max_doc_frequency": self.cfg.max_doc_frequency, "action": self.cfg.action,
+                "report_samples": self.cfg.report_samples, "benchmarks": out}
 
 
 #: the state column of the byte ranges a strip removed (``strip_spans``; into ``removed_spans``)
 STRIP_CUTS_COLUMN = "contamination_cuts"
 #: the gate's per-document columns in a run's states (``DocParts``), in ``annotate.Gates.contamination`` order
 CONTAMINATION_COLUMNS = ("contaminated", "contamination_label", "contamination_stripped", "contamination_drop",
-                         "contamination_reason")
+                         "contamination_reason", "contamination_redacted", "contamination_spans")
+_FOUND_KEYS = ("label", "stripped", "drop", "reason", "redacted", "spans")
 
 
 def _contamination_columns(state: dict, first_row: int, found: dict) -> dict:
     m = len(state["ord"])
     local = found["rows"] - first_row
-    columns = {"contaminated": np.zeros(m, bool), "contamination_label": np.full(m, None, object),
-               "contamination_stripped": np.full(m, None, object), "contamination_drop": np.zeros(m, bool),
-               "contamination_reason": np.full(m, None, object), STRIP_CUTS_COLUMN: np.full(m, None, object)}
+    columns = {name: np.full(m, None, object) for name in CONTAMINATION_COLUMNS + (STRIP_CUTS_COLUMN,)}
+    columns["contaminated"], columns["contamination_drop"] = np.zeros(m, bool), np.zeros(m, bool)
     columns["contaminated"][local] = True
-    for name, key in (("contamination_label", "label"), ("contamination_stripped", "stripped"),
-                      ("contamination_drop", "drop"), ("contamination_reason", "reason"), (STRIP_CUTS_COLUMN, "cuts")):
+    for name, key in zip(CONTAMINATION_COLUMNS[1:], _FOUND_KEYS):
         columns[name][local] = found[key]
+    columns[STRIP_CUTS_COLUMN][local] = found["cuts"]
     return columns
 
 
@@ -309,11 +356,74 @@ def _add_counts(a: tuple, b: tuple | None = None) -> tuple[np.ndarray, np.ndarra
     return hashes[starts], np.add.reduceat(docs, starts) if len(starts) else docs
 
 
-def _partition_hits(df: pd.DataFrame, first_row: int, index: ItemIndex, cfg: ContaminationConfig,
-                    common: np.ndarray) -> dict:
-    """One partition's contaminated documents (table rows, ascending) with their labels, stripped texts,
-    drops and reasons, and its report hits ``(row, item, matches, text)`` in (row, item) order."""
+def _partition_hits(df: pd.DataFrame, first_row: int, index: ItemIndex | None, rules: RuleSet | None,
+                    cfg: ContaminationConfig, common: np.ndarray) -> dict:
+    """One partition's contaminated documents (table rows, ascending) with their labels, stripped and
+    redacted texts, rule spans, drops and reasons; its benchmark report hits ``(row, item, matches, text)``
+    in (row, item) order, and per rule its documents, matches and first samples."""
     d = df.attrs["contamination"]
+    bench = _benchmark_hits(d, index, cfg, common) if index is not None else {}
+    matches: RuleMatches = d["rules"]
+    n_rules = len(rules) if rules is not None else 0
+    local = np.union1d(np.fromiter(bench, np.int64, len(bench)), matches.rows).astype(np.int64)
+    k = len(local)
+    label, stripped, cuts, reason, redacted, spans = (np.full(k, None, dtype=object) for _ in range(6))
+    drop = np.zeros(k, bool)
+    at = np.searchsorted(matches.rows, local)
+    upto = np.searchsorted(matches.rows, local, side="right")
+    for i, r in enumerate(local.tolist()):
+        b = bench.get(r)
+        mine = slice(at[i], upto[i])
+        rule_of, starts, ends = matches.rule[mine], matches.start[mine], matches.end[mine]
+        parts = [b["label"]] if b else []
+        why = [f"contaminated: {b['label']}"] if b and cfg.action == "drop" else []
+        strip_cuts = list(b["cuts"]) if b and b.get("cuts") else []
+        redactions = []
+        for q in np.unique(rule_of).tolist():
+            rule = rules.rules[q]
+            sel = rule_of == q
+            parts.append(f"{rule.kind}:{rule.name} ({int(sel.sum())} matches)")
+            if rule.action == "drop":
+                why.append(f"{rule.kind} {rule.name}: {int(sel.sum())} matches")
+            elif rule.action == "strip":
+                strip_cuts += [x for a, e in zip(starts[sel], ends[sel]) for x in (int(a), int(e))]
+            elif rule.action == "redact":
+                redactions += [(int(a), int(e), redaction_token(rule.name)) for a, e in zip(starts[sel], ends[sel])]
+        label[i] = "; ".join(parts)
+        if len(rule_of):
+            spans[i] = [{"rule": rules.rules[q].name, "action": rules.rules[q].action, "start": int(a),
+                         "end": int(e)} for q, a, e in zip(rule_of.tolist(), starts.tolist(), ends.tolist())]
+        if b and b.get("unlocated"):
+            why.append(f"contaminated: {b['label']}; matched span not located for strip")
+        raw = d["raw"].get(r) if r in d["raw"] else d["rule_raw"].get(r)
+        strip_cuts = merge_ranges(strip_cuts)
+        if strip_cuts and not why:
+            text = edited(raw, strip_cuts, [])
+            # the minimum is the benchmark strip's (GPT-3's recipe): removing a phone number drops nothing
+            if b and b.get("cuts") and len(text.strip()) < cfg.strip_min_chars:
+                why.append(f"contaminated: {label[i]}; {len(text.strip())} characters left after strip "
+                           f"< strip_min_chars {cfg.strip_min_chars}")
+            else:
+                stripped[i], cuts[i] = text, strip_cuts
+        if redactions and not why:
+            redacted[i] = edited(raw, strip_cuts or [], redactions)
+        if why:
+            drop[i] = True
+            reason[i] = "; ".join(why)
+    rule_documents = np.zeros(n_rules, np.int64)
+    rule_matches = np.bincount(matches.rule, minlength=n_rules).astype(np.int64)
+    if len(matches.rows):
+        pairs = np.unique(np.stack([matches.rows, matches.rule]), axis=1)
+        rule_documents = np.bincount(pairs[1], minlength=n_rules).astype(np.int64)
+    return {"rows": first_row + local, "label": label, "stripped": stripped, "cuts": cuts, "drop": drop,
+            "reason": reason, "redacted": redacted, "spans": spans,
+            "hits": _bench_report(d, bench, first_row), "rule_samples": _rule_samples(d, matches, first_row, cfg),
+            "rule_documents": rule_documents, "rule_matches": rule_matches, "seconds": d["seconds"]}
+
+
+def _benchmark_hits(d: dict, index: ItemIndex, cfg: ContaminationConfig, common: np.ndarray) -> dict:
+    """Per contaminated row of the partition: its label, its report hits and, with ``strip``, the byte
+    ranges to cut (or ``unlocated``)."""
     rows, where, starts, ends = (np.asarray(d[k], np.int64) for k in ("rows", "where", "start", "end"))
     hashes = index.table[where]
     use = ~np.isin(hashes, common) if len(common) else np.ones(len(rows), bool)
@@ -323,40 +433,42 @@ def _partition_hits(df: pd.DataFrame, first_row: int, index: ItemIndex, cfg: Con
     per_item = m.groupby(["row", "item"]).agg(matches=("hash", "nunique"), start=("start", "min"),
                                               end=("end", "max")).reset_index()
     hits = per_item[per_item.matches >= cfg.min_matches].sort_values(["row", "item"], kind="stable")
-    local = np.unique(hits.row.to_numpy()).astype(np.int64)
-    label = []
-    for _, group in hits.groupby("row", sort=True):
-        label.append("; ".join(f"{index.benchmarks[index.item_benchmark[i]].name}:{index.item_ids[i]} ({k} n-grams)"
-                               for i, k in zip(group.item, group.matches)))
-    stripped = np.full(len(local), None, dtype=object)
-    cuts = np.full(len(local), None, dtype=object)
-    drop = np.zeros(len(local), bool)
-    reason = np.full(len(local), None, dtype=object)
-    if cfg.action == "drop":
-        drop[:] = True
-        reason[:] = [f"contaminated: {t}" for t in label]
-    elif cfg.action == "strip":
+    out = {}
+    for r, group in hits.groupby("row", sort=True):
+        out[int(r)] = {"label": "; ".join(f"{index.benchmarks[index.item_benchmark[i]].name}:{index.item_ids[i]} "
+                                          f"({k} n-grams)" for i, k in zip(group.item, group.matches)),
+                       "hits": group}
+    if cfg.action == "strip" and out:
         counted = m.merge(hits[["row", "item"]], on=["row", "item"])  # n-grams of the items that count
-        hashes_of = {row: np.unique(g.hash.to_numpy()) for row, g in counted.groupby("row")}
-        for k, r in enumerate(local.tolist()):
-            text, removed, ranges = strip_spans(d["raw"][r], hashes_of[r], index.lengths, cfg.strip_window)
-            if removed == 0:
-                drop[k] = True
-                reason[k] = f"contaminated: {label[k]}; matched span not located for strip"
-            elif len(text.strip()) < cfg.strip_min_chars:
-                drop[k] = True
-                reason[k] = (f"contaminated: {label[k]}; {len(text.strip())} characters left after strip "
-                             f"< strip_min_chars {cfg.strip_min_chars}")
-            else:
-                stripped[k] = text
-                cuts[k] = ranges
+        for r, g in counted.groupby("row"):
+            _, removed, ranges = strip_spans(d["raw"][int(r)], np.unique(g.hash.to_numpy()), index.lengths,
+                                             cfg.strip_window)
+            out[int(r)]["cuts"] = ranges
+            out[int(r)]["unlocated"] = removed == 0
+    return out
+
+
+def _bench_report(d: dict, bench: dict, first_row: int) -> pd.DataFrame:
+    if not bench:
+        return _no_hits()
+    hits = pd.concat([b["hits"] for b in bench.values()], ignore_index=True)
     texts = d["texts"]
-    report = pd.DataFrame({"row": first_row + hits.row.to_numpy(np.int64), "item": hits.item.to_numpy(np.int64),
-                           "matches": hits.matches.to_numpy(np.int64),
-                           "text": [texts[r].encode("utf-8")[s:e].decode("utf-8", "replace")[:REPORT_TEXT_CHARS]
-                                    for r, s, e in zip(hits.row, hits.start, hits.end)]})
-    return {"rows": first_row + local, "label": np.array(label, dtype=object), "stripped": stripped, "cuts": cuts,
-            "drop": drop, "reason": reason, "hits": report, "seconds": d["seconds"]}
+    return pd.DataFrame({"row": first_row + hits.row.to_numpy(np.int64), "item": hits.item.to_numpy(np.int64),
+                         "matches": hits.matches.to_numpy(np.int64),
+                         "text": [texts[r].encode("utf-8")[s:e].decode("utf-8", "replace")[:REPORT_TEXT_CHARS]
+                                  for r, s, e in zip(hits.row, hits.start, hits.end)]})
+
+
+def _rule_samples(d: dict, matches: RuleMatches, first_row: int, cfg: ContaminationConfig) -> pd.DataFrame:
+    """The partition's first ``REPORT_RULE_SAMPLES`` matches of each rule, their text masked unless
+    ``report_samples: full``."""
+    frame = pd.DataFrame({"row": matches.rows, "rule": matches.rule, "start": matches.start, "end": matches.end})
+    frame = frame.groupby("rule", sort=False).head(REPORT_RULE_SAMPLES)
+    show = (lambda t: t) if cfg.report_samples == "full" else mask
+    frame["text"] = [show(d["rule_raw"][r].encode("utf-8")[a:b].decode("utf-8", "replace")[:REPORT_TEXT_CHARS])
+                     for r, a, b in zip(frame.row.tolist(), frame.start.tolist(), frame.end.tolist())]
+    frame["row"] = frame["row"].astype(np.int64) + first_row
+    return frame
 
 
 def _plain(v):
@@ -372,12 +484,7 @@ def strip_spans(raw: str, table: np.ndarray, lengths: np.ndarray, window: int) -
     that every normalized character knows its position in ``raw``; the n-grams are then found by the same
     kernel as in the partition pass.
     """
-    chars, origin = [], []
-    for i, ch in enumerate(raw):
-        for c in reference_lower(unicodedata.normalize("NFKC", ch)):  # the lowercase of text.normalize
-            chars.append(" " if c.isspace() or unicodedata.category(c).startswith("P") else c)
-            origin.append(i)
-    norm = "".join(chars)
+    norm, origin = per_char_normalized(raw)
     data = np.frombuffer(norm.encode("utf-8"), np.uint8)
     offsets = np.array([0, len(data)], np.int64)
     _, _, s, e = ngram_matches(offsets, data, padded_words(data), lengths, table)

@@ -36,6 +36,24 @@ def merge_ranges(*flat: list | None) -> list | None:
     return out or None
 
 
+def edited(raw: str, cuts: list, redactions: list) -> str:
+    """``raw`` without the byte ranges ``cuts`` (flat ``[s0, e0, ...]``, ascending, disjoint), and with each
+    redaction ``(start, end, token)`` replaced by its token; a redaction inside a cut goes with it."""
+    data = raw.encode("utf-8")
+    removed = merge_ranges(cuts, [x for a, e, _ in redactions for x in (a, e)]) or []
+    tokens = sorted((a, t) for a, _, t in redactions
+                    if not any(s <= a < e for s, e in zip(cuts[0::2], cuts[1::2])))
+    out, pos, k = [], 0, 0
+    for a, e in zip(removed[0::2], removed[1::2]):
+        out.append(data[pos:a])
+        while k < len(tokens) and tokens[k][0] < e:
+            out.append(tokens[k][1].encode("utf-8"))
+            k += 1
+        pos = e
+    out.append(data[pos:])
+    return b"".join(out).decode("utf-8")
+
+
 def cut_texts(texts: pa.Array, cuts: pa.Array, unchanged_null: bool = True) -> pa.Array:
     """``texts`` without the byte ranges ``cuts`` (``list<int64>`` per text: flat, ascending, disjoint
     pairs; null or empty for none), with the separators left side by side folded (``kernels.text.

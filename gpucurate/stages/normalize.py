@@ -138,6 +138,33 @@ def reference_lower(text: str) -> str:
     return text.replace("\u0130", "i").lower().replace("\u03c2", "\u03c3")
 
 
+#: scripts written without spaces between words (RE2 classes): each character is a word for term matching
+CJK_CHARACTER = r"([\p{Han}\p{Hiragana}\p{Katakana}])"
+
+
+def per_char_normalized(text: str, split_cjk: bool = False) -> tuple[str, list[int]]:
+    """``text`` normalized for matching (NFKC, lowercase, punctuation and whitespace to a space) one
+    character at a time, so that each character of the result knows the index of the character of ``text``
+    it came from: ``(normalized, origin)``, ``len(origin) == len(normalized)``. Runs of spaces are kept
+    (the word kernels skip them). ``split_cjk``: characters of ``CJK_CHARACTER`` get a space on each side,
+    as ``pc.replace_substring_regex(..., CJK_CHARACTER, r" \1 ")`` does to a whole text."""
+    cjk = set()
+    if split_cjk and text:
+        distinct = sorted(set(text))
+        hit = pc.match_substring_regex(pa.array(distinct), CJK_CHARACTER).to_pylist()
+        cjk = {c for c, h in zip(distinct, hit) if h}
+    chars, origin = [], []
+    for i, ch in enumerate(text):
+        if ch in cjk:
+            chars += [" ", ch, " "]
+            origin += [i, i, i]
+            continue
+        for c in reference_lower(unicodedata.normalize("NFKC", ch)):
+            chars.append(" " if c.isspace() or unicodedata.category(c).startswith("P") else c)
+            origin.append(i)
+    return "".join(chars), origin
+
+
 def reference_normalize(text: str | None) -> str:
     """Python version of the default normalization (NFKC, lowercase as ``reference_lower``, whitespace
     collapsed); equal to ``normalize`` for every code point Python's Unicode database assigns."""

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,7 +33,8 @@ from ..errors import ArgumentError, InputError, OutputError
 from ..io.reader import COMPRESSIONS, detect_format
 from ..io.writer import (ANNOTATIONS_DIR, MARKER, Layout, StagedOutput, iter_run_table, read_run_json,
                          read_run_metadata, require_complete, write_json)
-from ..stages.cuts import cut_texts
+from ..stages.cuts import cut_texts, edited
+from ..stages.patterns import redaction_token
 
 log = logging.getLogger("gpucurate")
 
@@ -210,7 +212,7 @@ def _plan_part(path: Path, prefix: str, text_field: str, request: Request) -> Pa
         fields.append(pa.field(request.original_text, schema.field(text_field).type))
     if request.weight:
         fields.append(schema.field(prefix + WEIGHT).with_name(WEIGHT))
-    needed = [prefix + name for name in ("keep", "removed_spans")] + \
+    needed = [prefix + name for name in ("keep", "removed_spans", "contamination_spans")] + \
         ([prefix + WEIGHT] if request.weight else [])
     missing = [name for name in needed if name not in schema.names]
     if missing:
@@ -265,7 +267,7 @@ def clean_batch(batch: pa.RecordBatch, part: Part, prefix: str, text_field: str,
     final text, then the original text and the weight when requested; and their counts."""
     kept = batch.filter(pc.fill_null(batch.column(prefix + "keep"), False))
     original = kept.column(text_field)
-    text = final_texts(original, kept.column(prefix + "removed_spans"))
+    text = final_texts(original, kept.column(prefix + "removed_spans"), kept.column(prefix + "contamination_spans"))
     columns = [text if name == text_field else kept.column(name) for name in part.user]
     if request.original_text is not None:
         columns.append(original)
@@ -276,11 +278,26 @@ def clean_batch(batch: pa.RecordBatch, part: Part, prefix: str, text_field: str,
     return pa.Table.from_arrays(columns, schema=part.schema), counts
 
 
-def final_texts(texts: pa.Array, removed_spans: pa.Array) -> pa.Array:
-    """The texts after every removal stage (contamination strip, paragraphs, substrings): ``texts``
-    (``string[n]``) without the byte ranges of ``removed_spans`` (``list<int64>[n]``, null for none), in the
-    type of ``texts``."""
-    return cut_texts(texts, removed_spans, unchanged_null=False).cast(texts.type)
+def final_texts(texts: pa.Array, removed_spans: pa.Array, contamination_spans: pa.Array | None = None) -> pa.Array:
+    """The texts after every removal stage (contamination strip, paragraphs, substrings) and the gate's
+    redactions: ``texts`` (``string[n]``) without the byte ranges of ``removed_spans`` (``list<int64>[n]``,
+    null for none), each match of a ``redact`` rule in ``contamination_spans`` (``SPANS_TYPE[n]``) replaced
+    by its ``<NAME>``; in the type of ``texts``."""
+    out = cut_texts(texts, removed_spans, unchanged_null=False).cast(texts.type)
+    if contamination_spans is None or contamination_spans.null_count == len(contamination_spans):
+        return out
+    spans = contamination_spans.to_pylist()
+    redact = [k for k, s in enumerate(spans) if s and any(m["action"] == "redact" for m in s)]
+    if not redact:
+        return out
+    # the few documents with a redaction: their cuts and tokens applied together to the original text
+    cuts, originals = removed_spans.take(redact).to_pylist(), texts.take(redact).to_pylist()
+    edited_texts = [edited(t, c or [], [(m["start"], m["end"], redaction_token(m["rule"]))
+                                        for m in spans[k] if m["action"] == "redact"])
+                    for k, t, c in zip(redact, originals, cuts)]
+    mask = np.zeros(len(texts), bool)
+    mask[redact] = True
+    return pc.replace_with_mask(out, pa.array(mask), pa.array(edited_texts, texts.type))
 
 
 def _utf8_bytes(texts: pa.Array) -> int:

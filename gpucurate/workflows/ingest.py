@@ -642,12 +642,16 @@ def compute_batch(state: State, cfg: Config, inputs: list[str], executor: Execut
         quality = QualityResult(closure.docs["quality_rule"], closure.docs["quality_value"], quality_b.limits)
     contamination = None
     if closure.docs["contaminated"].any():
-        stripped = np.full(len(closure.rows), None, object)
+        # the gate's texts and spans of the new documents (the state keeps labels and reasons only)
+        stripped, redacted, spans = (np.full(len(closure.rows), None, object) for _ in range(3))
         if contamination_b is not None:
             new_pos = np.flatnonzero(~closure.old)
             stripped[new_pos] = contamination_b.stripped[new_batch_rows]
+            redacted[new_pos] = contamination_b.redacted[new_batch_rows]
+            spans[new_pos] = contamination_b.spans[new_batch_rows]
         contamination = ContaminationResult(closure.docs["contaminated"], closure.label, stripped,
-                                            closure.docs["contamination_drop"], closure.reason, {}, {})
+                                            closure.docs["contamination_drop"], closure.reason, {}, {}, redacted,
+                                            spans)
     with timer("annotate"):
         annotations = annotate(closure.table, grouped.exact, grouped.fuzzy, cfg.output, grouped.semantic, quality,
                                contamination)

@@ -301,8 +301,8 @@ class State:
         if docs["contaminated"].any():
             label, reason = self.doc_strings(rows)
             gates = gates or Gates(np.zeros(k, bool), None, None)
-            gates.contamination = (docs["contaminated"], label, np.full(k, None, object), docs["contamination_drop"],
-                                   reason)
+            none = np.full(k, None, object)  # texts and spans are not kept in the state
+            gates.contamination = (docs["contaminated"], label, none, docs["contamination_drop"], reason, none, none)
         kind = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, None).score_kind
         return annotation_columns(rows, reg["exact"], reg["fuzzy"], reg["final"], ids[:k], ids[k:2 * k],
                                   ids[2 * k:3 * k], ids[3 * k:], reg["fuzzy_similarity"], reg["semantic_similarity"],
