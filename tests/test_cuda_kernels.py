@@ -274,12 +274,20 @@ def test_gpu_run_on_the_strict_namespace(tmp_path, strict_dev, monkeypatch, lsh)
 
 
 def test_gpu_run_with_gates_and_host_paths(tmp_path):
-    """Paragraphs, substrings, contamination and SimHash take the host-array functions of the GPU backend."""
+    """Paragraphs, substrings, contamination (benchmarks, patterns, terms) and SimHash take the host-array
+    functions of the GPU backend."""
     src, _ = _corpus(tmp_path, n=60, seed=3)
+    (tmp_path / "terms.txt").write_text("north of the country\n日本語\n", encoding="utf-8")
     cpu, gpu = _run_both(tmp_path, src, {"paragraphs.enabled": True, "contamination.benchmarks": [f"b={src}:text"],
+                                         "contamination.patterns": [{"name": "code", "regex": r"\bw2\d\d\b",
+                                                                     "action": "redact"}],
+                                         "contamination.terms": [f"place={tmp_path / 'terms.txt'}"],
                                          "fuzzy.method": "simhash", "substrings.enabled": True,
                                          "substrings.min_tokens": 4, "exact.enabled": False})
     assert gpu["stages"]["substrings"]["documents_touched"] == cpu["stages"]["substrings"]["documents_touched"] > 0
+    assert gpu["stages"]["contamination"]["rules"] == cpu["stages"]["contamination"]["rules"]
+    gate = gpu["stages"]["contamination"]
+    assert gate["redacted"] > 0 and gate["rules"]["place"]["documents"] > 0
     assert "substrings: window keys" in gpu["device"]["steps"]
 
 
