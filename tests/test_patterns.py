@@ -89,6 +89,21 @@ def test_all_presets_together_keep_the_most_specific_match():
                                         ("ipv4", "10.0.0.7")]
 
 
+def test_values_beside_other_figures_end_where_the_value_does():
+    """In financial tables a value touches other numbers: a country's fixed number length, a card network's
+    length and a decimal's integer part tell where it ends; a number of no known shape is not taken."""
+    rules = RuleSet(ContaminationConfig(pii=["all"]))
+    texts = ["Sales +1 415-555-0134 665.5 mln vs 446.2 mln", "extended by +44 20 7946 0958 11 days",
+             "call +44 (0)20 7946 0958 now", "Revs 110.0 mln vs 4111 1111 1111 1111 85.4 mln",
+             "Shr 34 4111 1111 1111 1111 cts", "ref +1 4155550134567 x", "Amex 3782 822463 10005, Visa 4222222222222.",
+             "Avg shrs 17.6 4111 1111 1111 1111 mln", "rate 1.4111 1111 1111 1111 pct", "in 1987 +44 20 2288 2633 1986."]
+    assert _found(rules, texts) == [[("phone", "+1 415-555-0134")], [("phone", "+44 20 7946 0958")],
+                                    [("phone", "+44 (0)20 7946 0958")], [("card", "4111 1111 1111 1111")],
+                                    [("card", "4111 1111 1111 1111")], [],
+                                    [("card", "3782 822463 10005"), ("card", "4222222222222")],
+                                    [("card", "4111 1111 1111 1111")], [], [("phone", "+44 20 2288 2633")]]
+
+
 def test_checksum_kernels_match_plain_python():
     rng = random.Random(3)
     numbers = ["".join(rng.choice("0123456789") for _ in range(rng.randint(12, 20))) for _ in range(3000)]

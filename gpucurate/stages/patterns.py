@@ -80,9 +80,11 @@ IBAN_LENGTHS = {
 _IBAN_TABLE = np.zeros(26 * 26, np.int64)
 for _country, _length in IBAN_LENGTHS.items():
     _IBAN_TABLE[(ord(_country[0]) - 65) * 26 + ord(_country[1]) - 65] = _length
-#: first digits of the card networks (Visa, Mastercard, Amex, Diners, Discover, JCB, UnionPay, Maestro, Mir)
-_CARD_PREFIXES = ("4", "51", "52", "53", "54", "55", "22", "23", "24", "25", "26", "27", "34", "37", "30", "36",
-                  "38", "39", "35", "6", "50", "56", "57", "58")
+#: first digits of the card networks and their numbers' lengths: Visa; Mastercard; American Express; Diners,
+#: JCB, Discover, UnionPay, Maestro and Mir (13 to 19 digits)
+_CARD_LENGTHS = {"4": (13, 16, 19), **{p: (16,) for p in ("51", "52", "53", "54", "55", "23", "24", "25", "26", "27")},
+                 "34": (15,), "37": (15,), **{p: tuple(range(13, 20)) for p in ("22", "30", "35", "36", "38", "39",
+                                                                                  "50", "56", "57", "58", "6")}}
 
 
 def check_regex(regex: str, where: str) -> None:
@@ -335,9 +337,16 @@ def _validate(rule: Rule, data: np.ndarray, base: np.ndarray, start: np.ndarray,
     name = rule.source
     if name in ("card", "ipv4", "phone"):
         keep &= ~digit[before] & ~digit[after]
-    if name in ("card", "ipv4"):
+    if name == "ipv4":
         keep &= ~dotted_number
     if name == "phone":
+        # a number of a country whose numbers have a fixed length ends there ("+44 20 7946 0958 58 cts")
+        for k in np.flatnonzero(keep & (data[lo] == 43)).tolist():
+            stop = _international_end(data, int(lo[k]), int(hi[k]))
+            if stop < 0:
+                keep[k] = False
+            elif stop < hi[k]:
+                hi[k], end[k] = stop, stop - base[k]
         counts = np.concatenate(([0], np.cumsum(digit[data])))
         digits = counts[hi] - counts[lo]
         keep &= (digits >= 8) & (digits <= 15)
@@ -348,14 +357,15 @@ def _validate(rule: Rule, data: np.ndarray, base: np.ndarray, start: np.ndarray,
         keep &= ~(national & (((before == 32) & (digit[before2] | _after_group(data, lo, start)))
                               | ((after == 32) & digit[after2])))
     elif name == "card":
-        keep &= ~((before == 32) & _after_group(data, lo, start))  # the digits of an IBAN
-        ok = luhn_valid(data, lo, hi) & _card_prefix(data, lo)
+        keep &= ~((before == 32) & _after_group(data, lo, start)) & (before != 43)  # an IBAN's, a phone's digits
+        # a decimal's parts at either end ("17.6 4190 ...", "... 1111 85.4 mln") are not the card's
+        ok = luhn_valid(data, lo, hi) & _card_network(data, lo, hi) & ~dotted_number
         # a card number printed beside another number ("Shr 34 4111 1111 1111 1111"): its groups alone
         for k in np.flatnonzero(keep & ~ok).tolist():
             text = bytes(data[lo[k]:hi[k]])
             if text.count(b" ") + text.count(b"-") < 4:  # four groups or fewer: no shorter card inside
                 continue
-            found = _card_within(data, int(lo[k]), int(hi[k]))
+            found = _card_within(data, int(lo[k]) + (before[k] == 46), int(hi[k]))
             if found is not None:
                 ok[k] = True
                 start[k], end[k] = found[0] - base[k], found[1] - base[k]
@@ -373,9 +383,40 @@ def _validate(rule: Rule, data: np.ndarray, base: np.ndarray, start: np.ndarray,
     return keep, start, end
 
 
-def _card_prefix(data: np.ndarray, lo: np.ndarray) -> np.ndarray:
-    return np.array([bytes(data[a:a + 2]).decode("ascii", "replace").startswith(_CARD_PREFIXES)
-                     for a in lo.tolist()], bool)
+#: national significant numbers of the countries whose numbers have one length (ITU-T E.164 national plans)
+FIXED_NSN_DIGITS = {"1": 10, "7": 10, "33": 9, "34": 9, "44": 10, "61": 9, "91": 10}
+
+
+def _international_end(data: np.ndarray, lo: int, hi: int) -> int:
+    """Where an international number ``+CC ...`` at ``data[lo:hi]`` ends when CC is a country of
+    ``FIXED_NSN_DIGITS`` (written apart from the rest): after the digit group that completes the national
+    number; -1 when no group boundary gives that length; ``hi`` for other countries."""
+    k = lo + 1
+    while k < hi and 48 <= data[k] <= 57:
+        k += 1
+    want = FIXED_NSN_DIGITS.get(bytes(data[lo + 1:k]).decode("ascii"))
+    if want is None or k == hi or data[k] not in b" .-":
+        return hi
+    digits = 0
+    for i in range(k, hi):
+        if bytes(data[i - 1:i + 2]) == b"(0)":  # "+44 (0)20 ...": the trunk 0 is not dialled
+            continue
+        if 48 <= data[i] <= 57:
+            digits += 1
+            if digits == want:
+                return i + 1 if i + 1 == hi or not 48 <= data[i + 1] <= 57 else -1
+    return -1
+
+
+def _card_network(data: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Whether each candidate's digits have a card network's first digits and length."""
+    return np.array([_is_card_number(bytes(ch for ch in data[a:b] if 48 <= ch <= 57).decode())
+                     for a, b in zip(lo.tolist(), hi.tolist())], bool)
+
+
+def _is_card_number(digits: str) -> bool:
+    lengths = _CARD_LENGTHS.get(digits[:2]) or _CARD_LENGTHS.get(digits[:1], ())
+    return len(digits) in lengths
 
 
 def _after_group(data: np.ndarray, lo: np.ndarray, start: np.ndarray) -> np.ndarray:
@@ -409,7 +450,7 @@ def _card_within(data: np.ndarray, lo: int, hi: int) -> tuple[int, int] | None:
                 continue
             s, e = groups[a][0], groups[b - 1][1]
             digits = "".join(bytes(data[g0:g1]).decode() for g0, g1 in groups[a:b])
-            if (best is None or e - s > best[1] - best[0]) and _luhn(digits) and digits.startswith(_CARD_PREFIXES):
+            if (best is None or e - s > best[1] - best[0]) and _luhn(digits) and _is_card_number(digits):
                 best = (s, e)
     return best
 
