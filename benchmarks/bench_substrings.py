@@ -28,7 +28,11 @@ the stage's MB of text per second per core (>= 20): text bytes / (``timings_s["s
 summed over the partition tasks (CPU time, not wall); and, wall clock, text bytes / (run wall - the run
 without substrings) / cores.
 
-    python benchmarks/bench_substrings.py [--factors 1 10] [--out benchmarks/results/bench_substrings.json]
+Memory: ``--budgets LIMIT:PARTITION ...`` runs the largest corpus again under each ``run.memory_limit`` and
+``input.partition_bytes``, with its peak RSS and its spans compared with the baseline's.
+
+    python benchmarks/bench_substrings.py [--factors 1 10] [--budgets 1GB:67108864 300MB:16777216]
+        [--out benchmarks/results/bench_substrings.json]
 """
 
 from __future__ import annotations
@@ -72,10 +76,10 @@ def write_corpus(path: Path, texts: list[str]) -> dict:
     return {"documents": len(texts), "text_bytes": text_bytes}
 
 
-def run_gpucurate(src: Path, out: Path, k: int, keep: str, substrings: bool) -> dict:
+def run_gpucurate(src: Path, out: Path, k: int, keep: str, substrings: bool, extra: tuple = ()) -> dict:
     cmd = [*GPUCURATE, "--input", str(src), "--output", str(out), "--set",
            f"substrings.enabled={'true' if substrings else 'false'}", "--set", f"substrings.min_tokens={k}",
-           "--set", f"substrings.keep={keep}", *SETTINGS]
+           "--set", f"substrings.keep={keep}", *SETTINGS, *(x for setting in extra for x in ("--set", setting))]
     result = time_command(cmd)
     result["summary"] = json.loads((out / "summary.json").read_text())
     result["command"] = " ".join(cmd)
@@ -106,7 +110,8 @@ def compare(run: Path, baseline: Path, n: int) -> dict:
     return {"identical": not differ, "documents_differing": len(differ)}
 
 
-def measure(tmp: Path, factor: int, texts: list[str], k: int, keep: str, unit: str, cores: int) -> dict:
+def measure(tmp: Path, factor: int, texts: list[str], k: int, keep: str, unit: str, cores: int,
+            budgets: list[str] = ()) -> dict:
     src = tmp / f"x{factor}.jsonl"
     corpus = write_corpus(src, enlarge(texts, factor))
     on = run_gpucurate(src, tmp / f"x{factor}-on", k, keep, True)
@@ -136,6 +141,16 @@ def measure(tmp: Path, factor: int, texts: list[str], k: int, keep: str, unit: s
            "commands": {"gpucurate": on["command"], "substrings_off": off["command"], "suffix_array": base["command"]}}
     for name in (f"x{factor}-on", f"x{factor}-off"):
         shutil.rmtree(tmp / name)
+    row["budgets"] = []
+    for budget in budgets:  # the same run under a memory budget and partition size, spans compared again
+        limit, partition = budget.split(":")
+        out = tmp / f"x{factor}-budget"
+        run = run_gpucurate(src, out, k, keep, True, (f"run.memory_limit={limit}", f"input.partition_bytes={partition}"))
+        row["budgets"].append({"memory_limit": limit, "partition_bytes": partition, "seconds": run["seconds"],
+                               "peak_rss_mib": run["peak_rss_mib"],
+                               **compare(out, tmp / f"x{factor}-sa.parquet", corpus["documents"])})
+        print(f"x{factor}: budget {budget}: {run['seconds']} s, {run['peak_rss_mib']} MiB", file=sys.stderr, flush=True)
+        shutil.rmtree(out)
     src.unlink()
     return row
 
@@ -172,6 +187,12 @@ def report(rows: list[dict], min_tokens: int, keep: str, cores: int) -> dict:
     targets = {"corpus": largest["corpus"], "speedup": largest["speedup"], "speedup_target": 3.0,
                "stage_mb_s_core": largest["stage_mb_s_core"], "wall_mb_s_core": largest["wall_mb_s_core"],
                "mb_s_core_target": 20.0, "identical": all(r["identical"] for r in rows)}
+    if largest["budgets"]:
+        budget_rows = [{"corpus": largest["corpus"], "run.memory_limit": b["memory_limit"],
+                        "input.partition_bytes": b["partition_bytes"], "seconds": b["seconds"],
+                        "peak RSS MiB": b["peak_rss_mib"], "spans identical": "yes" if b["identical"] else "no"}
+                       for b in largest["budgets"]]
+        print_table(budget_rows, list(budget_rows[0]), "the same run under a memory budget")
     print(f"targets on {targets['corpus']}: speedup over the suffix array {targets['speedup']}x (target >= 3x); "
           f"stage {targets['stage_mb_s_core']} MB/s per core from timings_s + read_seconds (CPU time summed "
           f"over tasks), {targets['wall_mb_s_core']} MB/s per core from the wall difference with substrings off "
@@ -186,6 +207,9 @@ def main() -> None:
     ap.add_argument("--keep", choices=["first", "none"], default="first", help="substrings.keep")
     ap.add_argument("--out", default="benchmarks/results/bench_substrings.json")
     ap.add_argument("--tmp", help="folder for the corpora and runs (default: a temporary one)")
+    ap.add_argument("--budgets", nargs="*", default=[], metavar="LIMIT:PARTITION",
+                    help="on the largest corpus, the run again with run.memory_limit=LIMIT and "
+                         "input.partition_bytes=PARTITION (e.g. 1GB:67108864 300MB:16777216), spans compared")
     args = ap.parse_args()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     unit = "word"  # substrings.unit null -> fuzzy.shingle, word by default
@@ -195,7 +219,8 @@ def main() -> None:
         tmp = Path(d)
         warm_up(tmp, texts, args.min_tokens, args.keep, unit)
         for factor in args.factors:
-            rows.append(measure(tmp, factor, texts, args.min_tokens, args.keep, unit, cores))
+            budgets = args.budgets if factor == max(args.factors) else []
+            rows.append(measure(tmp, factor, texts, args.min_tokens, args.keep, unit, cores, budgets))
     targets = report(rows, args.min_tokens, args.keep, cores)
     write_json({"benchmark": "bench_substrings", "date": time.strftime("%Y-%m-%d"), "cores": cores,
                 "min_tokens": args.min_tokens, "keep": args.keep, "rows": rows, "targets": targets,
