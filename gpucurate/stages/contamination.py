@@ -34,8 +34,8 @@ from ..engine.tasks import delayed
 from ..kernels.gates import ngram_hashes, ngram_matches
 from ..kernels.hashing import padded_words
 from .cuts import edited, merge_ranges
-from .normalize import arrow_buffers, normalize, per_char_normalized
-from .patterns import MATCH_NORMALIZE, RuleMatches, RuleSet, mask, redaction_token
+from .normalize import arrow_buffers, normalize
+from .patterns import MATCH_NORMALIZE, RuleMatches, RuleSet, located_ngrams, mask, redaction_token
 
 #: characters of matched text kept per hit in the report
 REPORT_TEXT_CHARS = 1000
@@ -480,26 +480,16 @@ def strip_spans(raw: str, table: np.ndarray, lengths: np.ndarray, window: int) -
     each side. Returns ``(text, number of spans removed, byte ranges)``: the ranges of ``raw``'s UTF-8
     bytes that went, flat ``[s0, e0, ...]`` (for ``removed_spans``).
 
-    Each character is normalized on its own (NFKC, lowercase, punctuation and whitespace to a space) so
-    that every normalized character knows its position in ``raw``; the n-grams are then found by the same
-    kernel as in the partition pass.
+    The n-grams are found and located in ``raw`` by ``patterns.located_ngrams``.
     """
-    norm, origin = per_char_normalized(raw)
-    data = np.frombuffer(norm.encode("utf-8"), np.uint8)
-    offsets = np.array([0, len(data)], np.int64)
-    _, _, s, e = ngram_matches(offsets, data, padded_words(data), lengths, table)
-    if len(s) == 0:
+    _, first, last, byte_at = located_ngrams(raw, table, lengths)
+    if len(first) == 0:
         return raw, 0, []
-    # byte offset -> character index in norm
-    char_at = np.cumsum((data & 0xC0) != 0x80) - 1
     cut = np.zeros(len(raw) + 1, np.int64)
-    for a, b in zip(s, e):
-        lo = max(0, origin[char_at[a]] - window)
-        hi = min(len(raw), origin[char_at[b - 1]] + 1 + window)
-        cut[lo] += 1
-        cut[hi] -= 1
+    for a, b in zip(first.tolist(), last.tolist()):
+        cut[max(0, a - window)] += 1
+        cut[min(len(raw), b + 1 + window)] -= 1
     covered = np.cumsum(cut)[:len(raw)] > 0
-    byte_at = np.concatenate(([0], np.cumsum([len(ch.encode("utf-8")) for ch in raw]))).astype(np.int64)
     edges = np.flatnonzero(np.diff(np.concatenate(([0], covered.astype(np.int8), [0]))))
-    return "".join(ch for ch, c in zip(raw, covered) if not c), len(s), byte_at[edges].tolist()
+    return "".join(ch for ch, c in zip(raw, covered) if not c), len(first), byte_at[edges].tolist()
 

@@ -85,6 +85,12 @@ for _country, _length in IBAN_LENGTHS.items():
 _CARD_LENGTHS = {"4": (13, 16, 19), **{p: (16,) for p in ("51", "52", "53", "54", "55", "23", "24", "25", "26", "27")},
                  "34": (15,), "37": (15,), **{p: tuple(range(13, 20)) for p in ("22", "30", "35", "36", "38", "39",
                                                                                   "50", "56", "57", "58", "6")}}
+#: by a card number's first two digits, the lengths its network issues, as bits (bit L: L digits)
+_CARD_LENGTH_BITS = np.zeros(100, np.int64)
+for _two in range(100):
+    for _prefix, _lengths in _CARD_LENGTHS.items():
+        if f"{_two:02d}".startswith(_prefix):
+            _CARD_LENGTH_BITS[_two] |= sum(1 << n for n in _lengths)
 
 
 def check_regex(regex: str, where: str) -> None:
@@ -251,17 +257,10 @@ class RuleSet:
 
     def _term_spans(self, row: int, text: str) -> RuleMatches:
         """The term matches of one document, located in its original text."""
-        norm, origin = per_char_normalized(text, split_cjk=True)
-        data = np.frombuffer(norm.encode("utf-8"), np.uint8)
-        _, where, s, e = ngram_matches(np.array([0, len(data)], np.int64), data, padded_words(data),
-                                       self.term_lengths, self.term_table)
-        if not len(s):
+        where, first, last, byte_at = located_ngrams(text, self.term_table, self.term_lengths, split_cjk=True)
+        if not len(where):
             return RuleMatches.empty()
-        char_at = np.cumsum((data & 0xC0) != 0x80) - 1  # byte of norm -> its character
-        byte_at = np.concatenate(([0], np.cumsum([len(ch.encode("utf-8")) for ch in text]))).astype(np.int64)
-        origin = np.asarray(origin, np.int64)
-        start = byte_at[origin[char_at[s]]]
-        end = byte_at[origin[char_at[e - 1]] + 1]
+        start, end = byte_at[first], byte_at[last + 1]
         rule = self.term_rule[where]
         # a hash of several lists' terms: its first entry is found; the others match the same words
         last = np.searchsorted(self.term_table, self.term_table[where], side="right")
@@ -272,6 +271,23 @@ class RuleSet:
             idx = np.array([i for _, i in extra], np.int64)
             start, end = np.concatenate([start, start[idx]]), np.concatenate([end, end[idx]])
         return _merged(row, rule, start, end)
+
+
+def located_ngrams(text: str, table: np.ndarray, lengths: np.ndarray, split_cjk: bool = False) -> tuple:
+    """The n-grams of ``table`` (sorted hashes of ``lengths`` words) in ``text`` normalized for matching
+    (``per_char_normalized``, so that each normalized character knows its character of ``text``), by the
+    kernel of the partition pass. Returns ``(where, first, last, byte_at)``: each match's position in
+    ``table`` and the first and last characters of ``text`` it covers (int64[k]), and each character's
+    UTF-8 byte offset in ``text`` (int64[len(text) + 1]; None when nothing matched)."""
+    norm, origin = per_char_normalized(text, split_cjk)
+    data = np.frombuffer(norm.encode("utf-8"), np.uint8)
+    _, where, s, e = ngram_matches(np.array([0, len(data)], np.int64), data, padded_words(data), lengths, table)
+    if not len(s):
+        return where, s, s, None
+    char_at = np.cumsum((data & 0xC0) != 0x80) - 1  # byte of the normalized text -> its character
+    origin = np.asarray(origin, np.int64)
+    byte_at = np.concatenate(([0], np.cumsum([len(ch.encode("utf-8")) for ch in text]))).astype(np.int64)
+    return where, origin[char_at[s]], origin[char_at[e - 1]], byte_at
 
 
 def _merged(row: int, rule: np.ndarray, start: np.ndarray, end: np.ndarray) -> RuleMatches:
@@ -347,12 +363,10 @@ def _validate(rule: Rule, data: np.ndarray, base: np.ndarray, start: np.ndarray,
                 keep[k] = False
             elif stop < hi[k]:
                 hi[k], end[k] = stop, stop - base[k]
-        counts = np.concatenate(([0], np.cumsum(digit[data])))
-        digits = counts[hi] - counts[lo]
+        digits = _digits(data, lo, hi)
         keep &= (digits >= 8) & (digits <= 15)
         # a run of digit groups goes on around it: an IBAN that failed its checksum, a table of figures
         before2 = np.where(start > 1, data[np.maximum(lo - 2, 0)], 32)
-        after2 = np.where(end + 1 < length, data[np.minimum(hi + 1, len(data) - 1)], 32)
         national = data[lo] == 48  # "0334 5235 3261": a trunk 0 is what such a run looks like
         keep &= ~(national & (((before == 32) & (digit[before2] | _after_group(data, lo, start)))
                               | ((after == 32) & digit[after2])))
@@ -408,15 +422,22 @@ def _international_end(data: np.ndarray, lo: int, hi: int) -> int:
     return -1
 
 
+def _digits(data: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """How many ASCII digits each span ``data[lo:hi]`` holds (int64[k])."""
+    counts = np.concatenate(([0], np.cumsum((data >= 48) & (data <= 57))))
+    return counts[hi] - counts[lo]
+
+
 def _card_network(data: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Whether each candidate's digits have a card network's first digits and length."""
-    return np.array([_is_card_number(bytes(ch for ch in data[a:b] if 48 <= ch <= 57).decode())
-                     for a, b in zip(lo.tolist(), hi.tolist())], bool)
+    """Whether each card candidate (a digit, then digits with at most one space or hyphen between two) has
+    a card network's first digits and length."""
+    second = np.where((data[lo + 1] >= 48) & (data[lo + 1] <= 57), lo + 1, lo + 2)
+    two = (data[lo].astype(np.int64) - 48) * 10 + data[second] - 48
+    return (_CARD_LENGTH_BITS[two] >> _digits(data, lo, hi)) & 1 == 1
 
 
 def _is_card_number(digits: str) -> bool:
-    lengths = _CARD_LENGTHS.get(digits[:2]) or _CARD_LENGTHS.get(digits[:1], ())
-    return len(digits) in lengths
+    return len(digits) < 63 and bool((_CARD_LENGTH_BITS[int(digits[:2])] >> len(digits)) & 1)
 
 
 def _after_group(data: np.ndarray, lo: np.ndarray, start: np.ndarray) -> np.ndarray:
