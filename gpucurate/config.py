@@ -400,6 +400,10 @@ class OutputConfig:
     #: prepended to every annotation column name in the part files (``gc_`` -> ``gc_doc_id``, ``gc_keep``, ...):
     #: the way out when input columns are named like annotation columns (that is an error at planning)
     annotation_prefix: str = ""
+    #: what each part file under annotations/ holds: all (every input column, the text included, then the
+    #: annotation columns) or annotations (``input_file`` and ``input_row``, the record's place in the input,
+    #: then the annotation columns: no input text, a small fraction of the input's size to write)
+    columns: str = _choice("all", "all", "annotations")
 
 
 #: annotation columns added to every record, in this order

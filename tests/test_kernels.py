@@ -62,6 +62,23 @@ def test_shingle_hashes_and_signatures_match_reference(mode, k):
         assert np.array_equal(keys[d], reference_band_keys(sigs[d], 4, 8, 7))
 
 
+@pytest.mark.parametrize("num_perm", [1, 3, 13, 119])
+def test_signatures_of_any_permutation_count_and_set_size_match_reference(num_perm):
+    """The permutation loop takes four hashes at a time: sets of 1 to 9 shingles and counts that are not
+    multiples of four (bands x rows) give the reference's values."""
+    texts = [" ".join(f"w{i}" for i in range(n)) for n in range(1, 14)]
+    arr = normalize(pa.array(texts))
+    offsets, data = arrow_buffers(arr)
+    a, b = permutations(num_perm, 11)
+    sigs, csr_off, csr_val = minhash.signatures(offsets, data, minhash.WORD, 5, np.uint64(11), a, b)
+    for d in range(len(texts)):
+        assert np.array_equal(sigs[d], reference_minhash(csr_val[csr_off[d]:csr_off[d + 1]].tolist(), a, b))
+    full_a, full_b = permutations(128, 11)
+    head = minhash.signatures(offsets, data, minhash.WORD, 5, np.uint64(11), full_a[:num_perm], full_b[:num_perm])[0]
+    assert np.array_equal(head, minhash.signatures(offsets, data, minhash.WORD, 5, np.uint64(11), full_a,
+                                                   full_b)[0][:, :num_perm])
+
+
 def test_empty_text_has_no_shingles_and_an_empty_signature():
     offsets, data = arrow_buffers(pa.array(["", "x y"], type=pa.large_string()))
     a, b = permutations(8, 1)

@@ -142,6 +142,34 @@ def test_a_jsonl_file_is_cut_into_pieces_the_threads_can_share(tmp_path, demo_fr
     pd.testing.assert_frame_equal(_ann_bytes(tmp_path / "w3"), _ann_bytes(tmp_path / "w1"))
 
 
+@pytest.mark.parametrize("row_group_size", [70, 1000, 100_000])
+def test_a_parquet_file_is_cut_into_even_row_ranges_the_threads_can_share(tmp_path, demo_frame, monkeypatch,
+                                                                          row_group_size):
+    """A Parquet file is cut into a multiple of the threads in row ranges of about equal text, whatever its
+    row groups (one, a few, many small ones), every row in exactly one range in order; a range spans row
+    groups and slices them. The annotations do not depend on it."""
+    from gpucurate.config import InputConfig
+    from gpucurate.io import reader
+    path = tmp_path / "one.parquet"
+    pq.write_table(pa.Table.from_pandas(demo_frame, preserve_index=False), path, row_group_size=row_group_size)
+    text_bytes = int(demo_frame["text"].str.encode("utf-8").str.len().sum())
+    monkeypatch.setattr(reader, "MIN_SPLIT_BYTES", 0)
+    cfg = InputConfig(partition_bytes=text_bytes // 3)
+    for parallelism in (1, 2, 4, 5):
+        specs = reader.plan_partitions([str(path)], cfg, {}, (), parallelism)
+        assert len(specs) % parallelism == 0 and len(specs) >= 3
+        parts = [reader.load_partition(s, cfg) for s in specs]
+        assert np.array_equal(np.concatenate([p.records for p in parts]), np.arange(len(demo_frame)))
+        sizes = [sum(len(t.encode()) for t in p.table.column("text").to_pylist()) for p in parts]
+        if row_group_size != 1000:  # a row group of 1000 of the 1500 rows cannot be cut evenly by bytes
+            assert max(sizes) < 1.6 * text_bytes / len(specs), sizes
+    outs = [gpucurate.run([str(path)], tmp_path / f"w{w}", overrides=Q + [f"run.workers={w}",
+                                                                          f"input.partition_bytes={text_bytes // 3}"])
+            for w in (1, 4)]
+    assert outs[0]["stages"]["input"]["partitions"] >= 3 and outs[1]["stages"]["input"]["partitions"] % 4 == 0
+    pd.testing.assert_frame_equal(_ann_bytes(tmp_path / "w4"), _ann_bytes(tmp_path / "w1"))
+
+
 def test_a_local_run_imports_no_cluster_plotting_or_gpu_library(tmp_path, demo_frame):
     """The fixed cost of a small run: a run on local threads loads neither Dask nor distributed, fsspec (for
     local files), tqdm (without progress bars), matplotlib, CuPy / numba.cuda (on a machine without a CUDA

@@ -50,6 +50,7 @@ import pyarrow.parquet as pq
 
 from ..config import InputConfig
 from ..errors import ConfigError, InputError
+from ..engine.clock import task_clock
 from ..engine.failpoints import failpoint
 from ..kernels.text import nonblank_lines
 
@@ -267,7 +268,9 @@ def _plan_jsonl_plain(fs, path, size, target) -> list[tuple[int, int, int, int]]
     start, line, pos, lines_seen = 0, 0, 0, 0
     crc = 0
     next_cut = target
-    chunk = bytearray(16 << 20)  # one buffer, read into again and again (no new 16 MB object per chunk)
+    # one buffer, read into again and again; no larger than the file (a 16 MB buffer zeroed per small
+    # file made planning 5,000 one-line files take seconds)
+    chunk = bytearray(max(1, min(16 << 20, size + 1)))
     with fs.open(path, "rb") as fh:
         while True:
             size_read = fh.readinto(chunk)
@@ -355,40 +358,44 @@ def _is_json_name(path: str) -> bool:
     return _split_compression(path)[0].endswith(".json")
 
 
-def _plan_parquet(meta, cfg: InputConfig, first_index: int, common: dict) -> list[PartitionSpec]:
-    """Row groups together up to ``input.partition_rows`` rows or ``input.partition_bytes`` of text (the
-    text column's uncompressed size); a row group larger than that is read in row slices."""
+def _plan_parquet(meta, cfg: InputConfig, first_index: int, common: dict, parallelism: int = 1) -> list[PartitionSpec]:
+    """Row ranges of about ``input.partition_rows`` rows or ``input.partition_bytes`` of text (the text column's
+    uncompressed size), as many as a multiple of ``parallelism`` (as ``_even_piece`` cuts JSON Lines; files
+    under ``MIN_SPLIT_BYTES`` excepted), each of about the same text bytes (bytes taken as even within a row
+    group). A range is the row groups it touches and a row slice of them; a cut moves to a row group's
+    boundary when that is within a tenth of a range's size, so that ranges seldom share a row group."""
     text_col = next((k for k in range(meta.num_columns) if meta.schema.column(k).path == cfg.text_field), None)
+    groups = [meta.row_group(g) for g in range(meta.num_row_groups)]
+    rows = np.array([rg.num_rows for rg in groups], dtype=np.int64)
+    nbytes = np.array([rg.column(text_col).total_uncompressed_size if text_col is not None else rg.total_byte_size
+                       for rg in groups], dtype=np.float64)
+    row_at = np.concatenate([[0], np.cumsum(rows)])  # first row of each row group, then the total
+    bytes_at = np.concatenate([[0.0], np.cumsum(nbytes)])
+    total_rows, total_bytes = int(row_at[-1]), float(bytes_at[-1])
+    pieces = max(1, -(-int(total_bytes) // cfg.partition_bytes), -(-total_rows // cfg.partition_rows))
+    if total_bytes >= MIN_SPLIT_BYTES and pieces % parallelism:
+        pieces += parallelism - pieces % parallelism
+    pieces = min(pieces, max(1, total_rows))
+    cuts = [0]
+    for k in range(1, pieces):
+        target = total_bytes * k / pieces
+        g = min(int(np.searchsorted(bytes_at, target, side="right")) - 1, len(groups) - 1)
+        within = (target - bytes_at[g]) / nbytes[g] if nbytes[g] > 0 else 0.0
+        row = int(row_at[g] + round(within * rows[g]))
+        nearest = row_at[int(np.argmin(np.abs(row_at - row)))]
+        if abs(bytes_at[np.searchsorted(row_at, nearest)] - target) <= total_bytes / pieces / 10:
+            row = int(nearest)
+        if row > cuts[-1]:
+            cuts.append(row)
+    if cuts[-1] < total_rows:
+        cuts.append(total_rows)
     specs: list[PartitionSpec] = []
-
-    def add(**kw):
-        specs.append(PartitionSpec(first_index + len(specs), **kw, **common))
-    group, rows, nbytes, first = [], 0, 0, 0  # row groups gathered so far, their rows and text bytes
-
-    def flush():
-        nonlocal group, rows, nbytes, first
-        if group:
-            add(row_groups=tuple(group), first_row=first)
-            first += rows
-            group, rows, nbytes = [], 0, 0
-    for g in range(meta.num_row_groups):
-        rg = meta.row_group(g)
-        size = rg.column(text_col).total_uncompressed_size if text_col is not None else rg.total_byte_size
-        pieces = max(-(-size // cfg.partition_bytes), -(-rg.num_rows // cfg.partition_rows))
-        if pieces > 1:  # a row group larger than a partition: slices of it
-            flush()
-            cuts = np.linspace(0, rg.num_rows, pieces + 1).astype(np.int64)
-            for a, b in zip(cuts[:-1], cuts[1:]):
-                if b > a:
-                    add(row_groups=(g,), first_row=first + int(a), row_slice=(int(a), int(b)))
-            first += rg.num_rows
-            continue
-        if rows + rg.num_rows > cfg.partition_rows or nbytes + size > cfg.partition_bytes:
-            flush()
-        group.append(g)
-        rows += rg.num_rows
-        nbytes += size
-    flush()
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        g0 = int(np.searchsorted(row_at, a, side="right")) - 1
+        g1 = int(np.searchsorted(row_at, b, side="left"))  # one past the last row group touched
+        whole = a == row_at[g0] and b == row_at[g1]
+        specs.append(PartitionSpec(first_index + len(specs), row_groups=tuple(range(g0, g1)), first_row=a,
+                                   row_slice=None if whole else (a - int(row_at[g0]), b - int(row_at[g0])), **common))
     return specs
 
 
@@ -436,7 +443,7 @@ def plan_partitions(inputs: list[str], cfg: InputConfig, report: dict, reserved=
                 if meta.num_rows == 0:
                     empty.append(path)
                     continue
-                specs = _plan_parquet(meta, cfg, 0, common)
+                specs = _plan_parquet(meta, cfg, 0, common, parallelism)
                 whole = len(specs) == 1 and specs[0].row_slice is None
                 nbytes = sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
                 planned.append((specs, whole, nbytes, meta.num_rows))
@@ -1132,15 +1139,18 @@ NARROW_META = pd.DataFrame({
 class ParsedCache:
     """Partitions as ``load_partition`` gave them to the read pass, kept for the write pass of a run on
     this process's threads, which then does not read and parse them again (on JSON Lines that was half
-    of the write step). At most ``budget`` bytes of Arrow data are kept; other partitions are read again."""
+    of the write step). At most ``budget`` bytes of Arrow data are kept; other partitions are read again.
+    ``columns``: keep only these columns of each parse (None: all of them)."""
 
-    def __init__(self, budget: int):
-        self.budget = budget
+    def __init__(self, budget: int, columns: tuple | None = None):
+        self.budget, self.columns = budget, columns
         self._parts: dict = {}
         self._bytes = 0
         self._lock = threading.Lock()
 
     def put(self, spec: PartitionSpec, part: LoadedPartition) -> None:
+        if self.columns is not None:
+            part = dataclasses.replace(part, table=part.table.select(list(self.columns)))
         with self._lock:
             self._take(spec)
             if self._bytes + part.table.nbytes <= self.budget:
@@ -1167,6 +1177,11 @@ def load_narrow(spec: PartitionSpec, cfg: InputConfig, reserved=(),
     the whole parse (``load_partition``'s) is kept there for the write pass.
     """
     failpoint(f"read-partition-{spec.index}")
+    with task_clock("parse"):
+        return _load_narrow(spec, cfg, reserved, cache)
+
+
+def _load_narrow(spec: PartitionSpec, cfg: InputConfig, reserved, cache: Optional[ParsedCache]) -> pd.DataFrame:
     pieces, skipped, replaced = [], [], 0
     parts: list = []
     if spec.members:

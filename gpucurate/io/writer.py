@@ -353,6 +353,55 @@ def _compression(cfg: Config):
     return None if cfg.output.compression == "none" else cfg.output.compression
 
 
+#: the columns that say where each record of an ``output.columns: annotations`` part file is in the input
+LOCATION_COLUMNS = ("input_file", "input_row")
+
+
+def needs_texts(annotations: pa.Table) -> bool:
+    """Whether the annotation columns of a part file are made from the original texts too: a removal stage
+    (paragraphs, substrings) cut some of them (``stages.cuts.output_annotations``)."""
+    from ..stages.cuts import PARAGRAPH_CUTS, SUBSTRING_CUTS
+    return any(annotations.column(name).null_count < annotations.num_rows for name in (PARAGRAPH_CUTS, SUBSTRING_CUTS))
+
+
+def input_locations(spec: PartitionSpec, ords: np.ndarray) -> tuple[pa.Array, pa.Array]:
+    """``(input_file string[m], input_row int64[m])`` of a partition's rows from their order keys: the file as
+    the run was given it, and the record's 0-based index in it (a JSON Lines file's line number minus one, a
+    Parquet file's row)."""
+    from .reader import ROW_BITS
+    paths = {m.file_index: m.path for m in spec.parts()}
+    file_index = ords >> np.int64(ROW_BITS)
+    known = np.array(sorted(paths), dtype=np.int64)
+    codes = np.searchsorted(known, file_index).astype(np.int32)
+    files = pa.DictionaryArray.from_arrays(pa.array(codes), pa.array([paths[int(k)] for k in known], pa.string()))
+    return files.dictionary_decode(), pa.array(ords & np.int64((1 << ROW_BITS) - 1), pa.int64())
+
+
+def require_texts(run: Path, summary_config: dict, command: str) -> None:
+    """An OutputError (exit 1) when the finished run ``run`` (its ``summary.json`` config) wrote annotations
+    only, so that ``command``, which needs the texts in its part files, cannot run on it."""
+    if (summary_config.get("output") or {}).get("columns", "all") != "all":
+        raise OutputError(f"the run wrote annotations only (output.columns=annotations): its part files hold no "
+                          f"texts, which {command} needs; run it with output.columns=all", run)
+
+
+def write_annotations(spec: PartitionSpec, cfg: Config, annotations: pa.Table, ords: np.ndarray, out_dir: str,
+                      texts: pa.Array | None = None) -> str:
+    """An ``output.columns: annotations`` part file: ``input_file``, ``input_row`` and the annotation columns,
+    no input column. ``texts`` (the rows' original texts) only when ``needs_texts``."""
+    from ..stages.cuts import output_annotations
+    if texts is None:
+        texts = pa.nulls(annotations.num_rows, pa.string())
+    names, columns = output_annotations(annotations, texts)
+    prefix = cfg.output.annotation_prefix
+    table = pa.table(dict(zip(LOCATION_COLUMNS, input_locations(spec, ords)),
+                          **{prefix + name: column for name, column in zip(names, columns)}),
+                     metadata=annotations.schema.metadata)
+    path = os.path.join(out_dir, ANNOTATIONS_DIR, f"part-{spec.index:05d}.parquet")
+    pq.write_table(table, path, compression=_compression(cfg))
+    return path
+
+
 def write_partition(spec: PartitionSpec, cfg: Config, annotations: pa.Table, ords: np.ndarray, out_dir: str,
                     part: LoadedPartition | None = None) -> str:
     """The partition with all its columns (``part``: its parse by the read pass, else it is read again) and

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from ..config import run_annotation_prefix
 from ..errors import InputError
+from ..io.writer import require_texts
 
 DIFF_CHARS = 400
 
@@ -54,6 +55,8 @@ def texts_of(run: Path, doc_ids: set, text_field: str) -> dict:
     if not doc_ids:
         return texts
     for f in sorted((run / "annotations").glob("part-*.parquet")):
+        if text_field not in pq.read_schema(f).names:  # output.columns=annotations: no texts to show
+            return texts
         t = pq.read_table(f, columns=[doc_id, text_field])
         texts.update(texts_by_id(t.column(doc_id), t.column(text_field), doc_ids))
     return texts
@@ -90,6 +93,7 @@ def sample_pairs(run_dir: str | Path, n: int = 300, seed: int = 0, bins: int = 8
             if len(rows):
                 picked.append(e.iloc[np.sort(rng.choice(rows, min(per_bin, len(rows)), replace=False))])
     sample = pd.concat(picked).head(n).reset_index(drop=True)
+    require_texts(run, cfg, "sample-pairs")
     texts = texts_of(run, set(sample.id_a) | set(sample.id_b), cfg["input"]["text_field"])
     sample["text_a"] = [texts[i] for i in sample.id_a]
     sample["text_b"] = [texts[i] for i in sample.id_b]

@@ -78,6 +78,33 @@ class Gates:
         self.failed, self.reasons, self.contamination = failed, reasons, contamination
 
 
+#: ``drop_stage`` values by code (0: not dropped, null)
+STAGE_NAMES = (None, "exact", "fuzzy", "semantic", "quality", "contamination")
+EXACT, FUZZY, SEMANTIC, QUALITY, CONTAMINATION = range(1, 6)
+
+
+def stage_names(codes: np.ndarray) -> pa.Array:
+    """``string[n]`` ``drop_stage`` of codes into ``STAGE_NAMES`` (code 0: null)."""
+    dictionary = pa.array(STAGE_NAMES[1:], pa.string())
+    indices = pa.array(codes.astype(np.int8) - 1, mask=codes == 0)
+    return pa.DictionaryArray.from_arrays(indices, dictionary).dictionary_decode()
+
+
+def fixed3(values: np.ndarray) -> pa.Array:
+    """``"%.3f" % v`` of every value as ``string[n]``, made from integers by Arrow. The rare values whose
+    thousandths are within rounding error of a half (and negative or non-finite ones) are formatted by
+    Python, so every string is printf's."""
+    scaled = values * 1000.0
+    with np.errstate(invalid="ignore"):  # NaN and infinities are left to Python
+        exact = np.isfinite(scaled) & (values >= 0) & (np.abs(scaled - np.floor(scaled) - 0.5) > 1e-6)
+    k = np.where(exact, np.rint(np.where(exact, scaled, 0.0)), 0).astype(np.int64)
+    text = pc.binary_join_element_wise(pa.array(k // 1000).cast(pa.string()),
+                                       pc.utf8_lpad(pa.array(k % 1000).cast(pa.string()), 3, "0"), ".")
+    if exact.all():
+        return text
+    return pc.replace_with_mask(text, pa.array(~exact), pa.array(["%.3f" % v for v in values[~exact]], pa.string()))
+
+
 def annotation_columns(rows, exact_canon, fuzzy_canon, final, ids, exact_ids, fuzzy_ids, final_ids,
                        fuzzy_similarity, semantic_similarity, cluster_size, gates: Gates | None, out: OutputConfig,
                        int_ids: bool, score_kind: str) -> pa.Table:
@@ -106,38 +133,44 @@ def annotation_columns(rows, exact_canon, fuzzy_canon, final, ids, exact_ids, fu
     semantic_dup = ~exact_dup & ~fuzzy_dup & ~is_canonical
     similarity = np.where(semantic_dup, semantic_similarity, fuzzy_similarity)
 
-    drop_stage = np.full(n, None, dtype=object)
-    reason = np.full(n, None, dtype=object)
+    # drop_stage as codes into STAGE_NAMES, drop_reason as an Arrow column filled mask by mask: the strings
+    # are made by Arrow's kernels, not a Python call per row
+    stage_code = np.zeros(n, np.int8)
+    reason = pa.nulls(n, pa.string())
 
-    def describe(mask, target_ids, text):
-        r = np.flatnonzero(mask)
-        drop_stage[r] = text[0]
-        # NumPy's string functions, not a pandas Series: pandas 3.0's arrow-backed str + object fails
-        label = np.char.add(text[1], target_ids[r].astype(str))
-        if text[2]:
-            label = np.char.add(np.char.add(label, f" ({text[2]} "), np.char.mod("%.3f", similarity[r]))
-            label = np.char.add(label, ")")
-        reason[r] = label.astype(object)
+    def fill(mask: np.ndarray, labels) -> None:
+        nonlocal reason
+        if mask.any():
+            reason = pc.replace_with_mask(reason, pa.array(mask), labels)
 
     measure = {"jaccard": "jaccard", "minhash": "estimated jaccard", "simhash": "simhash similarity"}[score_kind]
-    describe(exact_dup, exact_ids, ("exact", "exact duplicate of ", None))
-    describe(fuzzy_dup, fuzzy_ids, ("fuzzy", "near-duplicate of ", measure))
-    describe(semantic_dup, final_ids, ("semantic", "semantic duplicate of ", "cosine"))
+    for mask, target_ids, code, prefix, score_name in (
+            (exact_dup, exact_ids, EXACT, "exact duplicate of ", None),
+            (fuzzy_dup, fuzzy_ids, FUZZY, "near-duplicate of ", measure),
+            (semantic_dup, final_ids, SEMANTIC, "semantic duplicate of ", "cosine")):
+        if not mask.any():
+            continue
+        stage_code[mask] = code
+        parts = [pa.scalar(prefix), id_array(target_ids[mask]).cast(pa.string())]
+        if score_name:
+            parts += [pa.scalar(f" ({score_name} "), fixed3(similarity[mask]), pa.scalar(")")]
+        fill(mask, pc.binary_join_element_wise(*parts, ""))
 
     gate_drop = np.zeros(n, bool)
     if gates is not None and gates.failed.any():
-        r = np.flatnonzero(gates.failed)
-        drop_stage[r] = "quality"
-        reason[r] = gates.reasons(r)
-        gate_drop[r] = True
+        stage_code[gates.failed] = QUALITY
+        fill(gates.failed, gates.reasons(np.flatnonzero(gates.failed)))
+        gate_drop |= gates.failed
     contaminated = np.zeros(n, bool)
-    label, stripped, redacted, spans = (np.full(n, None, dtype=object) for _ in range(4))
+    label, stripped, redacted, spans = (pa.nulls(n, pa.string()),) * 3 + (pa.nulls(n, SPANS_TYPE),)
     if gates is not None and gates.contamination is not None:
         contaminated, label, stripped, drop, drop_reason, redacted, spans = gates.contamination
-        r = np.flatnonzero(drop & ~gate_drop & is_canonical)
-        drop_stage[r] = "contamination"
-        reason[r] = drop_reason[r]
+        by_gate = drop & ~gate_drop & is_canonical
+        stage_code[by_gate] = CONTAMINATION
+        fill(by_gate, pa.array(drop_reason[by_gate], pa.string()))
         gate_drop |= drop
+        label, stripped, redacted = (pa.array(c, pa.string()) for c in (label, stripped, redacted))
+        spans = pa.array(spans, type=SPANS_TYPE)
     keep = is_canonical & ~gate_drop
 
     if out.weight == "hard":
@@ -152,8 +185,8 @@ def annotation_columns(rows, exact_canon, fuzzy_canon, final, ids, exact_ids, fu
         "dedup_id": id_array(final_ids),
         "is_canonical": pa.array(is_canonical),
         "keep": pa.array(keep),
-        "drop_stage": pa.array(drop_stage, type=pa.string()),
-        "drop_reason": pa.array(reason, type=pa.string()),
+        "drop_stage": stage_names(stage_code),
+        "drop_reason": reason,
         "similarity": pa.array(similarity),
         "cluster_size": pa.array(np.asarray(cluster_size).astype(np.int64)),
         "weight": pa.array(weight),
@@ -161,10 +194,10 @@ def annotation_columns(rows, exact_canon, fuzzy_canon, final, ids, exact_ids, fu
         "fuzzy_group": id_array(fuzzy_ids),
         "semantic_group": id_array(final_ids),
         "contaminated": pa.array(contaminated),
-        "contamination": pa.array(label, type=pa.string()),
-        "contamination_spans": pa.array(spans, type=SPANS_TYPE),
-        "stripped_text": pa.array(stripped, type=pa.string()),
-        "redacted_text": pa.array(redacted, type=pa.string()),
+        "contamination": label,
+        "contamination_spans": spans,
+        "stripped_text": stripped,
+        "redacted_text": redacted,
         # byte ranges removed by the paragraphs stage; the writer turns them into paragraph_text
         PARAGRAPH_CUTS: pa.nulls(n, type=RANGES),
         "paragraph_chars_removed": pa.array(np.zeros(n, np.int64)),

@@ -11,6 +11,7 @@ from ..engine.backend import Backend
 from ..config import Config
 from ..engine.executor import Executor
 from ..engine.shuffle import by_bucket, exchange, to_owners
+from ..engine.clock import task_clock
 from ..engine.tasks import delayed
 from .table import DocParts, canonicals, own_rows_with, state_policy_key
 from .normalize import arrow_buffers
@@ -23,9 +24,10 @@ def text_hash_partition(df: pd.DataFrame, backend: Backend, index: int = 0):
     words and code points."""
     if len(df) == 0:
         return np.empty(0, np.uint64), np.empty(0, bool), np.empty(0, np.int64), np.empty(0, np.int64)
-    offsets, data = arrow_buffers(df["_text"].array._pa_array)
-    words, chars = word_and_char_counts(offsets, data)
-    return backend.minhash.text_hashes(offsets, padded_words(data)), np.diff(offsets) == 0, words, chars
+    with task_clock("exact: hash"):
+        offsets, data = arrow_buffers(df["_text"].array._pa_array)
+        words, chars = word_and_char_counts(offsets, data)
+        return backend.minhash.text_hashes(offsets, padded_words(data)), np.diff(offsets) == 0, words, chars
 
 
 def resident_partition(df: pd.DataFrame, resident, index: int):

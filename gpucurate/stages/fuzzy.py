@@ -91,7 +91,7 @@ class FuzzyDedup:
                  for part, mask in zip(ddf.to_delayed(), masks)]
         parts = executor.compute(tasks, "fuzzy: minhash")
         keys = np.concatenate([p[0] for p in parts]) if parts else np.empty((0, self.bands), np.uint64)
-        csr_offsets, csr_values = concat_csr(parts)
+        csr_offsets, csr_values = concat_csr(parts, executor.local_threads)
         sigs = np.concatenate([p[3] for p in parts]) if params.keep_signatures else None
         return self.finish_sketches(Sketches(keys, csr_offsets, csr_values, sigs), boilerplate, executor.workers)
 

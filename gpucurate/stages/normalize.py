@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..config import NormalizeConfig
+from ..engine.clock import task_clock
 from ..engine.threads import thread_map
 from ..kernels.hashing import M2, reference_fmix64, reference_fold, reference_hash_bytes
 from ..kernels.text import ascii_texts, collapse_mixed, collapse_whitespace, find_final_sigma, fold_final_sigma
@@ -175,13 +176,17 @@ def normalize_partition(df: pd.DataFrame, cfg: NormalizeConfig, threads: int = 1
     """``df`` with ``_text`` normalized; with ``threads > 1`` slices of it are normalized in parallel."""
     out = df.copy(deep=False)
     if len(df):
-        arr = pa.chunked_array(df["_text"].array._pa_array).combine_chunks()
-        cuts = np.linspace(0, len(arr), max(1, min(threads, len(arr))) + 1).astype(int)
-        parts = thread_map(lambda c: normalize(arr.slice(c[0], c[1] - c[0]), cfg), list(zip(cuts[:-1], cuts[1:])),
-                           threads)
-        out["_text"] = pd.arrays.ArrowExtensionArray(parts[0] if len(parts) == 1 else pa.concat_arrays(parts))
+        with task_clock("normalize"):
+            out["_text"] = _normalized(df, cfg, threads)
     out.attrs = dict(df.attrs)
     return out
+
+
+def _normalized(df: pd.DataFrame, cfg: NormalizeConfig, threads: int) -> pd.arrays.ArrowExtensionArray:
+    arr = pa.chunked_array(df["_text"].array._pa_array).combine_chunks()
+    cuts = np.linspace(0, len(arr), max(1, min(threads, len(arr))) + 1).astype(int)
+    parts = thread_map(lambda c: normalize(arr.slice(c[0], c[1] - c[0]), cfg), list(zip(cuts[:-1], cuts[1:])), threads)
+    return pd.arrays.ArrowExtensionArray(parts[0] if len(parts) == 1 else pa.concat_arrays(parts))
 
 
 class Normalize:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 import pandas as pd
 
 from ..config import QualityConfig
@@ -76,12 +77,17 @@ class QualityResult:
     def failed(self) -> np.ndarray:
         return self.rule >= 0
 
-    def reasons(self, rows: np.ndarray) -> list[str]:
-        out = []
-        for r in rows:
-            name, _, key, op = RULES[self.rule[r]]
-            out.append(f"quality: {name} {self.value[r]:.4g} {op} {key} {self.limits[key]:g}")
-        return out
+    def reasons(self, rows: np.ndarray) -> pa.Array:
+        """``string[len(rows)]`` drop reasons of the failed ``rows``; each distinct (rule, value) is formatted
+        once (a rule's values repeat: word counts, ratios of short texts)."""
+        pairs = np.empty(len(rows), dtype=[("rule", np.int16), ("value", np.float64)])
+        pairs["rule"], pairs["value"] = self.rule[rows], self.value[rows]
+        distinct, index = np.unique(pairs, return_inverse=True)
+        texts = []
+        for rule, value in distinct.tolist():
+            name, _, key, op = RULES[rule]
+            texts.append(f"quality: {name} {value:.4g} {op} {key} {self.limits[key]:g}")
+        return pa.array(texts, pa.string()).take(pa.array(index.reshape(-1).astype(np.int64)))
 
     def stats(self) -> dict:
         counts: dict[str, int] = {}

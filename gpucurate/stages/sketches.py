@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 
 from ..engine.backend import Backend
+from ..engine.clock import task_clock
+from ..engine.threads import concatenate
 from .normalize import arrow_buffers
 
 
@@ -62,8 +64,12 @@ def signature_partition(df: pd.DataFrame, mask: np.ndarray, params: FuzzyParams,
                 np.empty((0, len(params.perm_a)), np.uint32) if params.keep_signatures else None)
     offsets, data = arrow_buffers(df["_text"].array._pa_array)
     rows = None if mask.all() else np.flatnonzero(mask).astype(np.int64)
-    sigs, csr_offsets, csr_values = k.signatures(offsets, data, params.mode, params.k, params.seed, params.perm_a,
-                                                 params.perm_b, threads=params.threads, rows=rows)
+    # signatures that only make band keys need only the permutations the bands use
+    used = len(params.perm_a) if params.keep_signatures or not params.minhash_bands else params.bands * params.rows
+    with task_clock("fuzzy: minhash"):
+        sigs, csr_offsets, csr_values = k.signatures(offsets, data, params.mode, params.k, params.seed,
+                                                     params.perm_a[:used], params.perm_b[:used],
+                                                     threads=params.threads, rows=rows)
     keys = k.band_keys(sigs, params.bands, params.rows, params.seed) if params.minhash_bands else \
         np.zeros((len(sigs), params.bands), np.uint64)
     return keys, csr_offsets, csr_values, (sigs if params.keep_signatures else None)
@@ -89,8 +95,9 @@ class Sketches:
     boilerplate_stats: dict | None = None
 
 
-def concat_csr(parts) -> tuple[np.ndarray, np.ndarray]:
+def concat_csr(parts, threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """One CSR of the partitions' ``(_, offsets, values, ...)``, the values copied on ``threads`` threads."""
     lengths = np.concatenate([np.diff(p[1]) for p in parts])
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    return offsets, np.concatenate([p[2] for p in parts])
+    return offsets, concatenate([p[2] for p in parts], threads)

@@ -32,7 +32,7 @@ from ..engine.progress import Reporter, stage as progress_stage, step as progres
 from ..errors import ArgumentError, InputError, OutputError
 from ..io.reader import COMPRESSIONS, detect_format
 from ..io.writer import (ANNOTATIONS_DIR, MARKER, Layout, StagedOutput, iter_run_table, read_run_json,
-                         read_run_metadata, require_complete, write_json)
+                         read_run_metadata, require_complete, require_texts, write_json)
 from ..stages.cuts import cut_texts, edited
 from ..stages.patterns import redaction_token
 
@@ -132,6 +132,7 @@ def export_dataset(run_dir: str | os.PathLike, output: str | os.PathLike, fmt: s
     summary = read_run_json(run / "summary.json")
     if "config" not in summary:
         raise OutputError("summary.json has no config: not the output directory of a run", run / "summary.json")
+    require_texts(run, summary["config"], "export dataset")
     request = resolve_request(summary, fmt, compression, original_text, weight)
     parts = plan_parts(run, summary["config"], request)
     with StagedOutput(output, overwrite, "export", layout=EXPORT_LAYOUT) as staged:

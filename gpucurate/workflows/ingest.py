@@ -913,9 +913,10 @@ def ingest_run(run_dir: str | os.PathLike, state_dir: str | os.PathLike, sink=No
     """Seed a state (and a sink) from a finished run: its annotated records are ingested as one batch with
     the run's config, reusing its embeddings. The hash-based groups are the run's; the semantic stage
     searches exhaustively where the run searched within k-means clusters."""
-    from ..io.writer import read_run_json, require_complete
+    from ..io.writer import read_run_json, require_complete, require_texts
     run = require_complete(run_dir, "ingest --from-run")  # a run that failed or is being written: refused
     summary = read_run_json(run / "summary.json")
+    require_texts(run, summary["config"], "ingest --from-run")
     cfg = load_config(None, overrides, base=load_config(None, flatten(summary["config"])))
     # how to read the run's records; later batches are read with the run's own input settings
     batch_only = {"input.id_field": run_annotation_prefix(summary["config"]) + "doc_id",

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from .._version import __version__
 from ..review.samples import texts_by_id
@@ -24,12 +26,13 @@ from ..review.report import (REPORT_COLUMNS, ClusterSamples, cluster_samples, cl
 from ..stages.annotate import alias_table, annotate_parts, apply_paragraphs, apply_substrings, edge_batches
 from ..engine.backend import select
 from ..config import Config, annotation_names, resolve_config
+from ..engine.clock import reset as reset_task_clock, totals as task_clock_totals
 from ..engine.executor import Executor, quiet_logs
 from ..engine.progress import stage as progress_stage
 from ..engine.spill import machine_memory
 from ..io.reader import ROW_BITS, ParsedCache, load_partition, plan_partitions, read_documents
 from .runindex import write_run_index
-from ..io.writer import StagedOutput, write_batches, write_json, write_partition
+from ..io.writer import StagedOutput, needs_texts, write_annotations, write_batches, write_json, write_partition
 from ..stages.contamination import ContaminationGate
 from ..stages.exact import ExactDedup
 from ..stages.fuzzy import FuzzyDedup, FuzzyResult
@@ -49,6 +52,7 @@ class Timer:
 
     def __init__(self):
         self.times: dict[str, float] = {}
+        self.steps: dict[str, dict[str, float]] = {}  # the parts of a stage's time (``step_seconds``)
 
     @contextmanager
     def __call__(self, name: str):
@@ -56,6 +60,17 @@ class Timer:
         with progress_stage(name) as stage:
             yield stage
         self.times[name] = round(self.times.get(name, 0.0) + time.perf_counter() - start, 4)
+
+    @contextmanager
+    def step(self, stage: str, name: str):
+        """Time one part of ``stage`` (a block inside that stage's own ``with timer(stage)``)."""
+        start = time.perf_counter()
+        yield
+        self.record(stage, name, time.perf_counter() - start)
+
+    def record(self, stage: str, name: str, seconds: float) -> None:
+        steps = self.steps.setdefault(stage, {})
+        steps[name] = round(steps.get(name, 0.0) + seconds, 4)
 
 
 def _versions() -> dict:
@@ -89,6 +104,7 @@ def run(inputs: list[str] | str, output: str | os.PathLike, config: Config | str
     cfg = resolve_config(config, overrides)
     backend = select(cfg.run.backend)
     timer = Timer()
+    reset_task_clock()
     start = time.perf_counter()
     # everything is written into a staging directory next to ``output`` (locked) and put in place complete
     with StagedOutput(output, cfg.output.overwrite, "run") as staged:
@@ -110,46 +126,73 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
         log.info("%d input partition(s) from %d file(s) on %s", len(specs),
                  len({p for s in specs for p in s.paths}), executor.description)
         local = executor.client is None
+        if not local:
+            executor.client.run(reset_task_clock)
         if backend.arrays is not None and not local:  # the workers count this run's copies from zero
             from ..device.arrays import process_ledger
             executor.client.run(process_ledger, backend.arrays.kind, True)
         # the parses kept for the write: an eighth of the machine, a quarter of the kept values' budget at
         # most, and taken out of it
-        parsed = ParsedCache(executor.store.set_aside(min(machine_memory() // 8, executor.store.budget // 4))) \
-            if local else None
+        # (only their texts with output.columns=annotations: the write pass reads no other input column)
+        parsed = ParsedCache(executor.store.set_aside(min(machine_memory() // 8, executor.store.budget // 4)),
+                             None if cfg.output.columns == "all" else (cfg.input.text_field,)) if local else None
         ddf = read_documents(specs, cfg.input, reserved, local=local, cache=parsed)
         result = deduplicate(ddf, cfg, executor, backend, timer, _locator(specs))
         table = result.table
         with timer("write"):
-            samples = _report_samples(table, executor)
+            with timer.step("write", "report samples"):
+                samples = _report_samples(table, executor)
             shown = samples.shown_ids()
             top_spans = result.substrings["top_spans"] if result.substrings is not None else []
-            for _, texts, spans in executor.compute(table.map(_write_part, specs, cfg=cfg, out=str(out),
-                                                              parsed=parsed, shown=shown, top_spans=top_spans),
-                                                    "write"):
-                samples.texts.update(texts)
-                for k, sample in spans.items():  # the most repeated spans' documents and texts, for the summary
-                    top_spans[k].update(sample)
-            write_batches(executor.iter_compute(table.map(_aliases), "write aliases"), out / "aliases.parquet", cfg)
-            write_batches(edge_batches(table, result.fuzzy, result.semantic, cfg.semantic.threshold, executor),
-                          out / "edges.parquet", cfg)
+            with timer.step("write", "parts"):
+                for _, texts, spans in executor.compute(table.map(_write_part, specs, cfg=cfg, out=str(out),
+                                                                  parsed=parsed, shown=shown, top_spans=top_spans),
+                                                        "write"):
+                    samples.texts.update(texts)
+                    for k, sample in spans.items():  # the most repeated spans' documents and texts, for the summary
+                        top_spans[k].update(sample)
+            with timer.step("write", "aliases"):
+                write_batches(executor.iter_compute(table.map(_aliases), "write aliases"), out / "aliases.parquet",
+                              cfg)
+            with timer.step("write", "edges"):
+                write_batches(edge_batches(table, result.fuzzy, result.semantic, cfg.semantic.threshold, executor),
+                              out / "edges.parquet", cfg)
             if result.semantic is not None and cfg.semantic.write_embeddings:
-                write_embeddings(result.semantic, table, out, cfg.output.compression, executor)
+                with timer.step("write", "embeddings"):
+                    write_embeddings(result.semantic, table, out, cfg.output.compression, executor)
             if result.contamination is not None:
                 write_json(result.contamination.report, out / "contamination_report.json")
-            write_run_index(result, out, executor, collected_at={
-                "fuzzy": result.fuzzy.threshold if result.fuzzy is not None else None,
-                "semantic": cfg.semantic.threshold if result.semantic is not None else None})
+            with timer.step("write", "run index"):
+                write_run_index(result, out, executor, collected_at={
+                    "fuzzy": result.fuzzy.threshold if result.fuzzy is not None else None,
+                    "semantic": cfg.semantic.threshold if result.semantic is not None else None})
         wall = time.perf_counter() - start
         summary = _summary(cfg, inputs, specs, report, result, timer, wall, backend.name, executor.description,
                            executor.workers)
+        summary["task_seconds"] = _task_seconds(executor)
         if local:
             summary["memory"] = {"limit": executor.memory_limit, **executor.store.summary()}
         if backend.arrays is not None:
             summary["device"] = _device_summary(backend.arrays, executor, result.fuzzy)
     write_json(summary, out / "summary.json")
-    write_report(out, staged=True, samples=samples)
+    start = time.perf_counter()
+    write_report(out, staged=True, samples=samples)  # reads summary.json; its own time is added after
+    summary["step_seconds"]["write"]["report"] = round(time.perf_counter() - start, 4)
+    write_json(summary, out / "summary.json")
     return summary
+
+
+def _task_seconds(executor: Executor) -> dict:
+    """``summary.json``'s ``task_seconds``: the seconds the partition tasks spent parsing, normalizing, hashing
+    and sketching (``engine.clock``), summed over this process's threads and, on a cluster, the workers'."""
+    clocks = [task_clock_totals()]
+    if executor.client is not None:
+        clocks += list(executor.client.run(task_clock_totals).values())
+    out: dict[str, float] = {}
+    for clock in clocks:
+        for name, seconds in clock.items():
+            out[name] = round(out.get(name, 0.0) + seconds, 4)
+    return dict(sorted(out.items()))
 
 
 def _device_summary(arrays, executor: Executor, fuzzy) -> dict:
@@ -172,13 +215,25 @@ def _write_part(state: dict, first_row: int, spec, *, cfg: Config, out: str, par
                 shown: set, top_spans: list) -> tuple[str, dict, dict]:
     """Write the partition's part file; return its path, the texts of its rows in ``shown`` (doc_ids) and the
     samples of the ``top_spans`` in its rows (``substrings.span_samples``)."""
-    part = (parsed.take(spec) if parsed is not None else None) or load_partition(spec, cfg.input)
-    path = write_partition(spec, cfg, state["annotations"], state["ord"], out, part)
-    texts = part.table.column(cfg.input.text_field)
-    spans = span_samples(top_spans, first_row, state["annotations"].column("doc_id"), texts)
+    annotations = state["annotations"]
+    doc_ids = annotations.column("doc_id")
+    cached = parsed.take(spec) if parsed is not None else None
+    if cfg.output.columns == "all":
+        part = cached or load_partition(spec, cfg.input)
+        path = write_partition(spec, cfg, annotations, state["ord"], out, part)
+        texts = part.table.column(cfg.input.text_field)
+    else:  # the input is read again only when a removal stage's texts or a report sample come from it
+        m = len(doc_ids)
+        wanted = needs_texts(annotations) or any(0 <= s["row"] - first_row < m for s in top_spans) or \
+            (bool(shown) and pc.any(pc.is_in(doc_ids, value_set=pa.array(list(shown)).cast(doc_ids.type))).as_py())
+        texts = (cached or load_partition(spec, cfg.input)).table.column(cfg.input.text_field) if wanted else None
+        path = write_annotations(spec, cfg, annotations, state["ord"], out, texts)
+        if texts is None:
+            return path, {}, {}
+    spans = span_samples(top_spans, first_row, doc_ids, texts)
     if not shown:
         return path, {}, spans
-    return path, texts_by_id(state["annotations"].column("doc_id"), texts, shown), spans
+    return path, texts_by_id(doc_ids, texts, shown), spans
 
 
 def _report_samples(table: DocParts, executor: Executor) -> ClusterSamples:
@@ -243,9 +298,11 @@ class Prepared:
                              self.table.gather(executor, "qvalue"), self.quality_limits)
 
 
-def prepare(narrow_ddf, cfg: Config, executor: Executor, backend, describe=None) -> Prepared:
+def prepare(narrow_ddf, cfg: Config, executor: Executor, backend, describe=None, timer: Timer | None = None) -> Prepared:
     """The partition pass over a narrow Dask DataFrame (``io.reader.NARROW_META``): quality statistics,
-    contamination n-gram matches and paragraph spans of the raw text, then normalization."""
+    contamination n-gram matches and paragraph spans of the raw text, then normalization. ``timer``: records
+    the pass and the collection of the table as steps of ``read+normalize``."""
+    timer = timer or Timer()
     quality_gate = QualityGate(cfg.quality)
     contamination_gate = ContaminationGate(cfg.contamination, backend)
     threads = executor.threads_per_task(narrow_ddf.npartitions)
@@ -260,8 +317,10 @@ def prepare(narrow_ddf, cfg: Config, executor: Executor, backend, describe=None)
     substring_stage = SubstringDedup(cfg.substrings, (cfg.substrings.unit or cfg.fuzzy.shingle) == "char", backend)
     if cfg.substrings.enabled:
         ddf = substring_stage.run(ddf)
-    ddf = executor.persist(Normalize(cfg.normalize).run(ddf, threads), "read+normalize")
-    table = DocParts.collect(ddf, executor, cfg.input.on_duplicate_id, describe)
+    with timer.step("read+normalize", "partition pass"):
+        ddf = executor.persist(Normalize(cfg.normalize).run(ddf, threads), "read+normalize")
+    with timer.step("read+normalize", "collect"):
+        table = DocParts.collect(ddf, executor, cfg.input.on_duplicate_id, describe)
     limits = None
     if quality_gate.rules:
         table = table.update(executor, _quality_columns, "quality: collect", ddf.to_delayed())
@@ -281,7 +340,7 @@ def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Tim
     still take their participants' masks and keys into this process (``RowKeys``) and hand back their
     canonicals, which go back to the partitions."""
     with timer("read+normalize") as stage:
-        prep = prepare(narrow_ddf, cfg, executor, backend, describe)
+        prep = prepare(narrow_ddf, cfg, executor, backend, describe, timer)
         stage.documents = prep.table.n  # what the later stages' lines count
     ddf, table = prep.ddf, prep.table
     contamination_gate = prep.contamination_gate
@@ -479,6 +538,8 @@ def _summary(cfg, inputs, specs, report, result: DedupResult, timer, wall, backe
         "backend": backend,
         "executor": executor,
         "timings_s": timer.times,
+        # wall seconds of the parts of a stage
+        "step_seconds": {stage: dict(steps) for stage, steps in timer.steps.items()},
         "wall_time_s": round(wall, 4),
         "jit_compiled": _jit_compiled(),
         "aot_kernels": _aot_kernels(),
