@@ -125,10 +125,11 @@ def stop_processes(procs: list) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-def time_command(cmd: list[str], check: bool = True, env: dict | None = None) -> dict:
+def time_command(cmd: list[str], check: bool = True, env: dict | None = None, cwd: str | None = None) -> dict:
     """``cmd`` under GNU time (``/usr/bin/time``): ``{"seconds", "peak_rss_mib"}`` from spawn to exit. A failed
     command exits the benchmark, or with ``check=False`` gives ``{"seconds", "exit_code", "error"}``. ``env``:
-    the command's environment (default this process's)."""
+    the command's environment (default this process's); ``cwd``: its working directory (``python -m`` imports
+    from there before ``PYTHONPATH``)."""
     import subprocess
     import tempfile
     import time
@@ -136,7 +137,8 @@ def time_command(cmd: list[str], check: bool = True, env: dict | None = None) ->
         rss = Path(tmp) / "rss"
         t0 = time.perf_counter()
         proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", str(rss), *cmd], stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                              cwd=cwd)
         seconds = round(time.perf_counter() - t0, 2)
         if proc.returncode and not check:
             return {"seconds": seconds, "exit_code": proc.returncode, "error": proc.stderr[-2000:]}

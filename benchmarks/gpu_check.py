@@ -380,9 +380,10 @@ def fuzzy_params(args) -> SimpleNamespace:
                            perm_a=a, perm_b=b, threshold=args.threshold, max_bucket=1000, anchors=8)
 
 
-def run_overrides(args, backend: str) -> dict:
+def run_overrides(args, backend: str, columns: str = "all") -> dict:
     over = {"run.backend": backend, "run.progress": False, "semantic.enabled": False, "output.overwrite": True,
-            "fuzzy.num_perm": args.num_perm, "fuzzy.threshold": args.threshold, "fuzzy.ngram": args.ngram}
+            "fuzzy.num_perm": args.num_perm, "fuzzy.threshold": args.threshold, "fuzzy.ngram": args.ngram,
+            "output.columns": columns}
     if args.workers:
         over["run.workers"] = args.workers
     return over
@@ -908,7 +909,7 @@ def _predict(points: list[tuple[int, float]], nbytes: int) -> float | None:
     return None
 
 
-def one_run(ctx: Context, src: Path, backend: str, docs: int, nbytes: int) -> dict:
+def one_run(ctx: Context, src: Path, backend: str, docs: int, nbytes: int, columns: str = "all") -> dict:
     import gpucurate
     pool = None
     if backend == "gpu" and not ctx.simulated:
@@ -917,10 +918,11 @@ def one_run(ctx: Context, src: Path, backend: str, docs: int, nbytes: int) -> di
         pool.free_all_blocks()
     out = ctx.tmp / f"e2e-{backend}-{docs}"
     start = time.perf_counter()
-    summary = gpucurate.run([str(src)], out, overrides=run_overrides(ctx.args, backend))
+    summary = gpucurate.run([str(src)], out, overrides=run_overrides(ctx.args, backend, columns))
     wall = time.perf_counter() - start
-    row = {"backend": backend, "documents": docs, "text_bytes": nbytes, "wall_s": wall,
+    row = {"backend": backend, "columns": columns, "documents": docs, "text_bytes": nbytes, "wall_s": wall,
            "summary_wall_s": summary.get("wall_time_s"), "timings_s": summary.get("timings_s"),
+           "step_seconds": summary.get("step_seconds"), "task_seconds": summary.get("task_seconds"),
            "gb_per_s": nbytes / wall / 1e9, "docs_per_s": docs / wall,
            "partitions": summary["stages"]["input"]["partitions"],
            "duplicates": {"exact": summary["stages"]["exact"]["duplicates"],
@@ -962,18 +964,20 @@ def phase_e2e(ctx: Context, rec: dict) -> None:
         for docs in backend_sizes:
             nbytes = text_nbytes(corpus.slice(0, docs))
             est = _predict(points, nbytes)
-            if est is not None and ctx.left() < 1.3 * est + 5:
+            if est is not None and ctx.left() < 1.3 * est * len(a.columns) + 5:
                 skipped.append(f"{backend} {docs} docs: ~{est:.0f} s predicted, {ctx.left():.0f} s left")
                 continue
             path, nbytes = source(docs)
-            row = one_run(ctx, path, backend, docs, nbytes)
-            runs.append(row)
-            points.append((nbytes, row["wall_s"]))
-            ctx.save()
+            for columns in a.columns:  # output.columns: every record again, or the annotations only
+                row = one_run(ctx, path, backend, docs, nbytes, columns)
+                runs.append(row)
+                if columns == a.columns[0]:
+                    points.append((nbytes, row["wall_s"]))
+                ctx.save()
         rec[f"fit_{backend}"] = _fit(points)
-    by = {(r["backend"], r["documents"]): r for r in runs}
+    by = {(r["backend"], r["documents"], r["columns"]): r for r in runs}
     for r in runs:
-        other = by.get(("cpu", r["documents"]))
+        other = by.get(("cpu", r["documents"], r["columns"]))
         if r["backend"] == "gpu" and other:
             r["vs_cpu"] = other["wall_s"] / r["wall_s"]
             r["counts_match_cpu"] = r["duplicates"] == other["duplicates"]
@@ -1120,7 +1124,8 @@ def build_table(result: dict) -> tuple[list[dict], list[str], list[dict]]:
                      "result": st.get("error") or st.get("note")})
     d = ph.get("d", {})
     for r in d.get("runs") or []:
-        rows.append({"item": "whole exact+fuzzy run", "backend": r["backend"], "docs": r["documents"],
+        rows.append({"item": f"whole exact+fuzzy run, output.columns={r.get('columns', 'all')}",
+                     "backend": r["backend"], "docs": r["documents"],
                      "seconds": r["wall_s"], "gb_per_s": r["gb_per_s"], "docs_per_s": r["docs_per_s"],
                      "vs_cpu": r.get("vs_cpu"),
                      "result": None if r["backend"] == "cpu" else
@@ -1143,7 +1148,7 @@ def build_table(result: dict) -> tuple[list[dict], list[str], list[dict]]:
     if kernel_only is not None:
         rows.append({"item": "  (minhash kernel alone, sets -> signatures)", "gb_per_s": kernel_only,
                      "result": "info"})
-    gpu_runs = [r for r in d.get("runs") or [] if r["backend"] == "gpu"]
+    gpu_runs = [r for r in d.get("runs") or [] if r["backend"] == "gpu" and r.get("columns", "all") == "all"]
     for label, field, target, unit in (("whole exact+fuzzy run", "gb_per_s", "whole_run_gb_s", " GB/s"),
                                        ("GPU vs CPU backend, whole run", "vs_cpu", "gpu_vs_cpu", "x")):
         measured = [r for r in gpu_runs if r.get(field)]
@@ -1173,6 +1178,8 @@ def parse_args(argv=None):
     p.add_argument("--sizes", default="100000,300000,1000000", help="whole-run sizes on the GPU (d)")
     p.add_argument("--cpu-sizes", default=None, help="whole-run sizes on the CPU (d; default --sizes, "
                                                      "larger ones skipped when time is short)")
+    p.add_argument("--columns", default="all,annotations",
+                   help="output.columns of the whole runs (d): all, annotations or both (default)")
     p.add_argument("--repeat", type=int, default=3, help="timed repetitions of each kernel step (c)")
     p.add_argument("--num-perm", type=int, default=128)
     p.add_argument("--threshold", type=float, default=0.8)
@@ -1188,6 +1195,7 @@ def parse_args(argv=None):
     p.add_argument("--tmp", default=None, help="scratch directory (default: the system's)")
     args = p.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",") if s]
+    args.columns = [c for c in args.columns.split(",") if c]
     args.cpu_sizes = [int(s) for s in args.cpu_sizes.split(",") if s] if args.cpu_sizes else None
     if args.smoke:
         given = {a.split("=")[0] for a in (argv if argv is not None else sys.argv[1:])}

@@ -249,7 +249,8 @@ def _assert_ledger_targets(summary, texts, spills=False):
      "fuzzy.bucket_anchors": 1},  # several partitions, anchored buckets, a policy key
     {"fuzzy.shingle": "char", "fuzzy.ngram": 3, "canonical.policy": "earliest", "input.timestamp_field": "ts"},
     {"fuzzy.verify": False, "input.partition_bytes": 8192},
-], ids=["one-partition", "partitions-anchors-longest", "char-earliest", "minhash-estimate"])
+    {"output.columns": "annotations", "input.partition_bytes": 4096},
+], ids=["one-partition", "partitions-anchors-longest", "char-earliest", "minhash-estimate", "annotations-only"])
 def test_gpu_run_matches_cpu(tmp_path, over):
     # character shingles launch a thread per code point: fewer documents (still more than one block)
     src, texts = _corpus(tmp_path, n=180 if over.get("fuzzy.shingle") == "char" else 320)

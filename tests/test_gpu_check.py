@@ -34,7 +34,8 @@ def test_gpu_check_smoke(tmp_path):
     steps = phases["c"]["steps"]
     assert "minhash chain (text -> band keys)" in steps and steps["minhash signatures"]["kernels"]["minhash"]
     runs = phases["d"]["runs"]
-    assert {r["backend"] for r in runs} == {"gpu", "cpu"} and len(runs) == 6
+    assert {r["backend"] for r in runs} == {"gpu", "cpu"} and len(runs) == 12  # 3 sizes, both output.columns
+    assert {r["columns"] for r in runs} == {"all", "annotations"}
     assert all(r["counts_match_cpu"] for r in runs if r["backend"] == "gpu")
     assert phases["d"]["fit_gpu"] is not None
     assert len(result["targets"]) == 3 and all(t["pass"] is None for t in result["targets"])  # simulated: n/a

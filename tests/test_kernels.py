@@ -300,3 +300,44 @@ def test_a_cached_kernel_loads_without_the_compiler_start_up():
     out = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                     check=True).stdout)
     assert out == {"got": [int(h) for h in want], "hits": 1, "refreshed": False}
+
+
+@pytest.mark.parametrize("keep_signatures", [False, True])
+def test_sketches_of_the_read_pass_give_the_stage_its_participants_sketches(keep_signatures):
+    """``sketch_distinct`` sketches each distinct eligible text once; ``gather_sketches`` of any participants
+    (a later copy of a text included, over several partitions) equals ``signature_partition`` of them."""
+    from gpucurate.engine.backend import select
+    from gpucurate.stages.sketches import FuzzyParams, gather_sketches, signature_partition, sketch_distinct
+    import pandas as pd
+    rng = np.random.default_rng(5)
+    backend = select("cpu")
+    a, b = permutations(24, 2)
+    params = FuzzyParams(minhash.WORD, 3, np.uint64(2), a, b, 4, 5, keep_signatures=keep_signatures)
+    frames, made, masks, wanted = [], [], [], []
+    for p in range(3):
+        texts = [" ".join(rng.choice(["a", "bb", "ccc", "d", "ё"], rng.integers(0, 12))) for _ in range(300)]
+        texts += texts[:40]  # copies of earlier texts in the same partition
+        frame = pd.DataFrame({"_text": pd.arrays.ArrowExtensionArray(normalize(pa.array(texts)))})
+        offsets, data = arrow_buffers(normalize(pa.array(texts)))
+        hashes = minhash.text_hashes(offsets, padded_words(data))
+        empty = np.diff(offsets) == 0
+        eligible = ~empty & (rng.random(len(texts)) < 0.9)
+        sketch = sketch_distinct(frame, eligible, hashes, params, backend)
+        assert len(sketch.keys) == len(np.unique(hashes[eligible]))
+        mask = eligible & (rng.random(len(texts)) < 0.7)
+        made.append(sketch)
+        masks.append(mask)
+        wanted.append(signature_partition(frame, mask, params, backend))
+    got = gather_sketches(made, masks, threads=2)
+    keys = np.concatenate([w[0] for w in wanted])
+    values = np.concatenate([w[2] for w in wanted])
+    lengths = np.concatenate([np.diff(w[1]) for w in wanted])
+    assert np.array_equal(got.keys, keys) and np.array_equal(got.csr_values, values)
+    assert np.array_equal(np.diff(got.csr_offsets), lengths)
+    if keep_signatures:
+        assert np.array_equal(got.sigs, np.concatenate([w[3] for w in wanted]))
+    else:
+        assert got.sigs is None
+    masks[1][np.flatnonzero(made[1].index < 0)[:1]] = True  # a row without a sketch: a bug, said so
+    with pytest.raises(RuntimeError):
+        gather_sketches(made, masks)

@@ -172,6 +172,18 @@ def shingle_minhash(offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_
     return uniq_counts, values[:base]
 
 
+@njit(nogil=True, cache=True, aot=("i8[:], u8[:], i8[:], u8[:], i8",))
+def take_sets_into(offsets, values, rows, out, start):
+    """Copy the sets ``rows`` (int64[k]) of a CSR ``(offsets int64[n + 1], values uint64[..])``, in that order,
+    into ``out`` from ``start``; return where they end."""
+    pos = start
+    for t in range(rows.shape[0]):
+        a, b = offsets[rows[t]], offsets[rows[t] + 1]
+        out[pos:pos + b - a] = values[a:b]
+        pos += b - a
+    return pos
+
+
 @njit(nogil=True, cache=True, aot=("i8[:], u1[:], i8[:]",))
 def gather_texts(offsets, data, rows):
     """The texts ``rows`` (int64[k]) of Arrow string buffers packed together: ``(offsets int64[k + 1],

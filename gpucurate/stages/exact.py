@@ -12,9 +12,11 @@ from ..config import Config
 from ..engine.executor import Executor
 from ..engine.shuffle import by_bucket, exchange, to_owners
 from ..engine.clock import task_clock
+from ..engine.partitions import Carried
 from ..engine.tasks import delayed
 from .table import DocParts, canonicals, own_rows_with, state_policy_key
 from .normalize import arrow_buffers
+from .sketches import HostSketch, sketch_distinct
 from ..kernels.hashing import padded_words
 from ..kernels.text import word_and_char_counts
 
@@ -28,6 +30,38 @@ def text_hash_partition(df: pd.DataFrame, backend: Backend, index: int = 0):
         offsets, data = arrow_buffers(df["_text"].array._pa_array)
         words, chars = word_and_char_counts(offsets, data)
         return backend.minhash.text_hashes(offsets, padded_words(data)), np.diff(offsets) == 0, words, chars
+
+
+@dataclass(frozen=True)
+class HostSketching:
+    """The fuzzy stage's sketches made in the exact stage's text pass on the CPU (``sketches.sketch_distinct``):
+    its parameters, and which rows may take part besides non-empty ones that passed the quality rules
+    (``min_length`` words, or code points with ``chars``)."""
+    params: object  # sketches.FuzzyParams
+    min_length: int
+    chars: bool
+
+
+def host_text_pass(df: pd.DataFrame, arg: tuple, index: int = 0):
+    """``text_hash_partition``, and with a ``HostSketching`` the sketches of the rows that may take part in the
+    fuzzy stage (``arg``: ``(backend, HostSketching or None)``)."""
+    backend, sketching = arg
+    hashes, empty, words, chars = text_hash_partition(df, backend, index)
+    if sketching is None or not len(df):
+        return hashes, empty, words, chars, None
+    eligible = ~empty & ((chars if sketching.chars else words) >= sketching.min_length)
+    if "_qrule" in df:
+        eligible &= df["_qrule"].to_numpy() < 0
+    return hashes, empty, words, chars, sketch_distinct(df, eligible, hashes, sketching.params, backend)
+
+
+def _text_pass(df: pd.DataFrame, task, arg) -> pd.DataFrame:
+    """``df`` with the stage's per-partition results in ``attrs["text_pass"]``, for ``_hashed`` to take."""
+    out = df.copy(deep=False)
+    out.attrs = dict(df.attrs)
+    out.attrs["text_pass"] = Carried(zip(("hash", "empty", "words", "chars", "sketch"),
+                                         task(df, arg, df.attrs.get("partition", 0))))
+    return out
 
 
 def resident_partition(df: pd.DataFrame, resident, index: int):
@@ -70,11 +104,24 @@ class ExactDedup:
     def __init__(self, cfg: Config, backend: Backend):
         self.cfg, self.backend = cfg, backend
 
+    def text_pass(self, ddf, resident=None, sketching: HostSketching | None = None):
+        """The stage's per-partition work as one more task of each partition's read chain (read, gates,
+        normalize, then this): the texts' hashes and counts, and the fuzzy stage's sketches, on the device
+        with ``resident`` (a ``device.resident.ResidentCorpus``) or on the CPU with ``sketching``; ``run``
+        takes them from there instead of passing over the texts again."""
+        task, arg = self._task(resident, sketching)
+        return ddf.map_partitions(_text_pass, task, arg, meta=ddf._meta)
+
+    def _task(self, resident, sketching=None) -> tuple:
+        if resident is not None:
+            return resident_partition, resident
+        return host_text_pass, (self.backend, sketching)
+
     def run(self, ddf, table: DocParts, executor: Executor, resident=None) -> tuple[DocParts, int]:
         """``resident``: a ``device.resident.ResidentCorpus`` (GPU backend): each partition's text goes up
-        once, its hashes come back and its fuzzy sketches stay on the device, as the state's ``sketch``."""
-        task = text_hash_partition if resident is None else resident_partition
-        arg = self.backend if resident is None else resident
+        once, its hashes come back and its fuzzy sketches stay on the device, as the state's ``sketch``.
+        When ``text_pass`` was in the read chain, its results are taken from the partitions."""
+        task, arg = self._task(resident)
         n_parts = table.npartitions
         table = table.update(executor, _hashed, "exact: hash", ddf.to_delayed(), list(range(n_parts)), task=task,
                              arg=arg)
@@ -93,9 +140,14 @@ class ExactDedup:
 
 
 def _hashed(state: dict, first_row: int, df: pd.DataFrame, index: int, *, task, arg) -> dict:
-    columns = dict(zip(("hash", "empty", "words", "chars", "sketch"), task(df, arg, index)))
-    if columns.get("sketch") is None:  # the CPU's task, or no fuzzy stage on the device
-        columns.pop("sketch", None)
+    carried = df.attrs.get("text_pass")
+    if carried:  # made in the read chain; handed over, so that the partition keeps no second reference
+        columns = {k: carried.pop(k) for k in list(carried)}
+    else:
+        columns = dict(zip(("hash", "empty", "words", "chars", "sketch"), task(df, arg, index)))
+    sketch = columns.pop("sketch", None)
+    if sketch is not None:  # the device's sketches stay there (``sketch``); the CPU's are a ``HostSketch``
+        columns["host_sketch" if isinstance(sketch, HostSketch) else "sketch"] = sketch
     return columns
 
 

@@ -24,7 +24,8 @@ from ..engine.partitions import Partitions
 from ..kernels.hashing import permutations
 from ..kernels.minhash import CHAR, WORD
 from ..kernels.pairs import index_of, pack_pairs
-from .sketches import FuzzyParams, Sketches, concat_csr, optimal_bands_rows, remove_hashes, signature_partition
+from .sketches import (FuzzyParams, Sketches, concat_csr, gather_sketches, optimal_bands_rows, remove_hashes,
+                       signature_partition)
 from ..engine.shuffle import by_bucket, exchange, to_owners
 from ..engine.tasks import delayed
 from .table import DocParts, DocTable, canonicals, own_rows_with, state_policy_key
@@ -80,13 +81,17 @@ class FuzzyDedup:
                            keep_signatures=not self.cfg.verify, minhash_bands=self.cfg.method == "minhash")
 
     def sketch(self, ddf, table: DocTable, participants: np.ndarray, executor: Executor,
-               boilerplate: np.ndarray | None = None) -> Sketches:
+               boilerplate: np.ndarray | None = None, made: list | None = None) -> Sketches:
         """Band keys and shingle sets of the ``participants`` (bool[n]) rows, in row order; with
-        ``fuzzy.boilerplate`` the given boilerplate hashes are removed, or those of these rows when None."""
+        ``fuzzy.boilerplate`` the given boilerplate hashes are removed, or those of these rows when None.
+        ``made``: the partitions' ``HostSketch`` from the read pass, which the participants' are taken from."""
         params = self.params()
-        params.threads = executor.threads_per_task(ddf.npartitions)
         offs = table.part_offsets
         masks = [participants[offs[p]:offs[p + 1]] for p in range(len(offs) - 1)]
+        if made is not None:
+            return self.finish_sketches(gather_sketches(made, masks, executor.local_threads), boilerplate,
+                                        executor.workers)
+        params.threads = executor.threads_per_task(ddf.npartitions)
         tasks = [delayed(signature_partition)(part, mask, params, self.backend)
                  for part, mask in zip(ddf.to_delayed(), masks)]
         parts = executor.compute(tasks, "fuzzy: minhash")
@@ -154,10 +159,12 @@ class FuzzyDedup:
             return None
         return self.params()
 
-    def run(self, ddf, table: DocTable, participants: np.ndarray, executor: Executor) -> FuzzyResult:
+    def run(self, ddf, table: DocTable, participants: np.ndarray, executor: Executor,
+            made: list | None = None) -> FuzzyResult:
+        """``made``: as ``sketch``'s."""
         pk = self.backend.pairs
         t0 = time.perf_counter()
-        sk = self.sketch(ddf, table, participants, executor)
+        sk = self.sketch(ddf, table, participants, executor, made=made)
         steps = {"signatures": time.perf_counter() - t0}
         t0 = time.perf_counter()
         rows = np.flatnonzero(participants).astype(np.int64)
@@ -221,7 +228,7 @@ class FuzzyDedup:
                            self.score_threshold, self.bands, self.rows_per_band, stats, None)
 
     def run_parts(self, ddf, table: DocParts, participants: list, keys, executor: Executor,
-                  resident=None) -> tuple[DocParts, FuzzyResult]:
+                  resident=None, host_sketches: bool = False) -> tuple[DocParts, FuzzyResult]:
         """The stage over a run's table; ``participants``: per partition, a (delayed) bool mask of its rows to
         cluster. Adds ``fuzzy_canon`` (int64 row of the canonical), ``fuzzy_sim`` and ``fuzzy_participant``
         to the partitions' states.
@@ -233,8 +240,14 @@ class FuzzyDedup:
         the canonicals are sent back to the partitions.
 
         ``resident`` (a ``ResidentCorpus`` with params): the states hold the partitions' device sketches
-        (``sketch``), which the stage uses and then drops."""
+        (``sketch``), which the stage uses and then drops. ``host_sketches``: the states hold sketches the
+        read pass made on the CPU (``host_sketch``, ``exact.HostSketching``), which the driver's path uses and
+        every path drops."""
         device = resident is not None and resident.params is not None
+        if host_sketches and (self._on_dask(executor, quiet=True) or self._sets_exceed(table, executor,
+                                                                                          quiet=True)):
+            table = table.without(executor, "fuzzy: sketches", "host_sketch")  # the other paths make their own
+            host_sketches = False
         if self._on_dask(executor):
             return self._run_dask(ddf, table, participants, keys, executor, resident if device else None)
         if device:  # in one process (``device_params``): the states' sketches are the Spillables themselves
@@ -245,24 +258,46 @@ class FuzzyDedup:
             result = self._run_resident(keys, _gathered(participants, executor), resident, sketches)
         elif self._sets_exceed(table, executor):
             return self._run_dask(ddf, table, participants, keys, executor, by_exchange=True)
+        elif host_sketches:  # the states are in this process: their sketches are taken, not copied
+            made = executor.compute(table.column("host_sketch"), "fuzzy: sketches")
+            table = table.without(executor, "fuzzy: sketches", "host_sketch")
+            result = self.run(ddf, keys, _gathered(participants, executor), executor, made=made)
         else:
             result = self.run(ddf, keys, _gathered(participants, executor), executor)
         return self._scatter(table, result, executor), result
 
-    def _sets_exceed(self, table: DocParts, executor: Executor) -> bool:
+    def _sets_exceed(self, table: DocParts, executor: Executor, quiet: bool = False) -> bool:
         """Whether the shingle sets of the run's text would take more than half of ``run.memory_limit`` in
         this process: the LSH and verification then run by exchanges between the partition tasks
         (``fuzzy_exchange``), with the same result, instead of on all the sketches at once."""
+        return self.sets_exceed(table.text_bytes, executor, quiet)
+
+    def sets_exceed(self, text_bytes: int, executor: Executor, quiet: bool = False) -> bool:
+        """``_sets_exceed`` for ``text_bytes`` of text (before the read: the planned input's size)."""
         from .fuzzy_exchange import estimated_sketch_bytes
         if executor.client is not None or self.backend.name != "cpu" or self.cfg.lsh != "auto" or \
                 self.cfg.method != "minhash" or not self.cfg.verify or self.cfg.boilerplate:
             return False
-        estimate = estimated_sketch_bytes(table.text_bytes, self.cfg.shingle)
+        estimate = estimated_sketch_bytes(text_bytes, self.cfg.shingle)
         if estimate <= executor.store.budget // 2:
             return False
-        log.info("fuzzy: the shingle sets (about %.0f MB) exceed half of run.memory_limit (%.0f MB): LSH and "
-                 "verification by exchanges between the partitions", estimate / 1e6, executor.store.budget / 1e6)
+        if not quiet:
+            log.info("fuzzy: the shingle sets (about %.0f MB) exceed half of run.memory_limit (%.0f MB): LSH and "
+                     "verification by exchanges between the partitions", estimate / 1e6,
+                     executor.store.budget / 1e6)
         return True
+
+    def host_sketching(self, executor: Executor, planned_bytes: int, threads: int = 1):
+        """The ``exact.HostSketching`` of a run whose fuzzy sketches the read pass may make on the CPU: the
+        driver's path, which takes them (in one process, on the CPU, the LSH on the driver and the sets
+        within the budget for ``planned_bytes`` of input); else None, and the stage makes its own."""
+        from .exact import HostSketching
+        if executor.client is not None or self.backend.name != "cpu" or self._on_dask(executor, quiet=True) or \
+                self.sets_exceed(planned_bytes, executor, quiet=True):
+            return None
+        params = self.params()
+        params.threads = threads
+        return HostSketching(params, self.cfg.min_length, self.cfg.shingle != "word")
 
     def _sketches_exceed(self, sketches: list, resident) -> bool:
         """Whether the partitions' device ``sketches`` take more than half of ``run.device_memory``: the LSH

@@ -95,6 +95,56 @@ class Sketches:
     boilerplate_stats: dict | None = None
 
 
+@dataclass
+class HostSketch:
+    """A partition's sketches made in the read pass (``sketch_distinct``), kept in its state until the fuzzy
+    stage selects its participants' (``select``): one sketch per distinct text among the rows that may take
+    part, ``index[r]`` the sketch of row ``r`` (-1: the row cannot take part)."""
+    index: np.ndarray  # int64[rows]
+    keys: np.ndarray  # uint64[s, bands]
+    csr_offsets: np.ndarray  # int64[s + 1]
+    csr_values: np.ndarray  # uint64[...]
+    sigs: np.ndarray | None  # uint32[s, P] when the stage keeps signatures
+
+
+def gather_sketches(parts: list[HostSketch], masks: list[np.ndarray], threads: int = 1) -> Sketches:
+    """The ``Sketches`` of the rows of ``masks[p]`` of every partition's ``HostSketch``, in row order (each row
+    must have a sketch): the selected sets are copied once, straight into one CSR, on ``threads`` threads."""
+    from ..engine.threads import thread_map
+    from ..kernels.minhash import take_sets_into
+    which = [np.ascontiguousarray(h.index[m], np.int64) for h, m in zip(parts, masks)]
+    if any((w < 0).any() for w in which):
+        raise RuntimeError("a fuzzy participant has no sketch from the read pass")  # a bug, not bad input
+    lengths = np.concatenate([np.diff(h.csr_offsets)[w] for h, w in zip(parts, which)] or [np.empty(0, np.int64)])
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    firsts = np.cumsum([0] + [len(w) for w in which])
+    values = np.empty(int(offsets[-1]), np.uint64)
+    thread_map(lambda p: take_sets_into(parts[p].csr_offsets, parts[p].csr_values, which[p], values,
+                                        offsets[firsts[p]]), list(range(len(parts))), threads)
+    keys = np.concatenate([h.keys[w] for h, w in zip(parts, which)]) if parts else np.empty((0, 0), np.uint64)
+    sigs = np.concatenate([h.sigs[w] for h, w in zip(parts, which)]) \
+        if parts and parts[0].sigs is not None else None
+    return Sketches(keys, offsets, values, sigs)
+
+
+def sketch_distinct(df: pd.DataFrame, eligible: np.ndarray, hashes: np.ndarray, params: FuzzyParams,
+                    backend: Backend) -> HostSketch:
+    """The ``HostSketch`` of a normalized partition: ``signature_partition`` of the first row of each distinct
+    text (``hashes``) among the ``eligible`` rows; identical texts have identical shingle sets."""
+    rows = np.flatnonzero(eligible)
+    _, first, inverse = np.unique(hashes[rows], return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")  # distinct texts in row order
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    index = np.full(len(df), -1, np.int64)
+    index[rows] = rank[inverse.reshape(-1)]
+    mask = np.zeros(len(df), bool)
+    mask[rows[first[order]]] = True
+    keys, offsets, values, sigs = signature_partition(df, mask, params, backend)
+    return HostSketch(index, keys, offsets, values, sigs)
+
+
 def concat_csr(parts, threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """One CSR of the partitions' ``(_, offsets, values, ...)``, the values copied on ``threads`` threads."""
     lengths = np.concatenate([np.diff(p[1]) for p in parts])

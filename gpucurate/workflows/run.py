@@ -30,7 +30,7 @@ from ..engine.clock import reset as reset_task_clock, totals as task_clock_total
 from ..engine.executor import Executor, quiet_logs
 from ..engine.progress import stage as progress_stage
 from ..engine.spill import machine_memory
-from ..io.reader import ROW_BITS, ParsedCache, load_partition, plan_partitions, read_documents
+from ..io.reader import COMPRESSED_EXPANSION, ROW_BITS, ParsedCache, load_partition, plan_partitions, read_documents
 from .runindex import write_run_index
 from ..io.writer import StagedOutput, needs_texts, write_annotations, write_batches, write_json, write_partition
 from ..stages.contamination import ContaminationGate
@@ -137,7 +137,7 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
         parsed = ParsedCache(executor.store.set_aside(min(machine_memory() // 8, executor.store.budget // 4)),
                              None if cfg.output.columns == "all" else (cfg.input.text_field,)) if local else None
         ddf = read_documents(specs, cfg.input, reserved, local=local, cache=parsed)
-        result = deduplicate(ddf, cfg, executor, backend, timer, _locator(specs))
+        result = deduplicate(ddf, cfg, executor, backend, timer, _locator(specs), planned_text_bytes(specs))
         table = result.table
         with timer("write"):
             with timer.step("write", "report samples"):
@@ -298,10 +298,12 @@ class Prepared:
                              self.table.gather(executor, "qvalue"), self.quality_limits)
 
 
-def prepare(narrow_ddf, cfg: Config, executor: Executor, backend, describe=None, timer: Timer | None = None) -> Prepared:
+def prepare(narrow_ddf, cfg: Config, executor: Executor, backend, describe=None, timer: Timer | None = None,
+            text_pass=None) -> Prepared:
     """The partition pass over a narrow Dask DataFrame (``io.reader.NARROW_META``): quality statistics,
-    contamination n-gram matches and paragraph spans of the raw text, then normalization. ``timer``: records
-    the pass and the collection of the table as steps of ``read+normalize``."""
+    contamination n-gram matches and paragraph spans of the raw text, then normalization, then ``text_pass``
+    (``ExactDedup.text_pass``: hashes and sketches) when given, each partition's chain one after another.
+    ``timer``: records the pass and the collection of the table as steps of ``read+normalize``."""
     timer = timer or Timer()
     quality_gate = QualityGate(cfg.quality)
     contamination_gate = ContaminationGate(cfg.contamination, backend)
@@ -317,8 +319,11 @@ def prepare(narrow_ddf, cfg: Config, executor: Executor, backend, describe=None,
     substring_stage = SubstringDedup(cfg.substrings, (cfg.substrings.unit or cfg.fuzzy.shingle) == "char", backend)
     if cfg.substrings.enabled:
         ddf = substring_stage.run(ddf)
+    ddf = Normalize(cfg.normalize).run(ddf, threads)
+    if text_pass is not None:
+        ddf = text_pass(ddf)
     with timer.step("read+normalize", "partition pass"):
-        ddf = executor.persist(Normalize(cfg.normalize).run(ddf, threads), "read+normalize")
+        ddf = executor.persist(ddf, "read+normalize")
     with timer.step("read+normalize", "collect"):
         table = DocParts.collect(ddf, executor, cfg.input.on_duplicate_id, describe)
     limits = None
@@ -332,27 +337,39 @@ def _quality_columns(state: dict, first_row: int, df) -> dict:
     return {"qrule": df["_qrule"].to_numpy().astype(np.int16), "qvalue": df["_qvalue"].to_numpy()}
 
 
-def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Timer, describe=None) -> DedupResult:
+def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Timer, describe=None,
+                planned_bytes: int | None = None) -> DedupResult:
     """Gates and dedup stages over a narrow Dask DataFrame (``io.reader.NARROW_META``); each dedup stage
     sees only the canonicals of the one before, and documents that fail a quality rule take no part.
+
+    The exact stage's text pass (hashes, and the fuzzy stage's sketches on the device, or on the CPU when
+    the fuzzy stage runs on the driver: ``planned_bytes`` of input, None: unknown, sketched by the stage)
+    is the last task of each partition's read chain.
 
     Every per-document column stays in the partitions' states (``DocParts``); the fuzzy and semantic stages
     still take their participants' masks and keys into this process (``RowKeys``) and hand back their
     canonicals, which go back to the partitions."""
+    resident = _resident(cfg, backend, executor)
+    exact = ExactDedup(cfg, backend)
+    sketching = None
+    if cfg.fuzzy.enabled and resident is None and planned_bytes is not None:
+        sketching = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, backend).host_sketching(
+            executor, planned_bytes, executor.threads_per_task(narrow_ddf.npartitions))
     with timer("read+normalize") as stage:
-        prep = prepare(narrow_ddf, cfg, executor, backend, describe, timer)
+        prep = prepare(narrow_ddf, cfg, executor, backend, describe, timer,
+                       functools.partial(exact.text_pass, resident=resident, sketching=sketching))
         stage.documents = prep.table.n  # what the later stages' lines count
     ddf, table = prep.ddf, prep.table
     contamination_gate = prep.contamination_gate
-    resident = _resident(cfg, backend, executor)
     with timer("exact"):
-        table, exact_duplicates = ExactDedup(cfg, backend).run(ddf, table, executor, resident)
+        table, exact_duplicates = exact.run(ddf, table, executor, resident)
     keys = RowKeys(table, executor)
     fuzzy = None
     if cfg.fuzzy.enabled:
         with timer("fuzzy"):
             table, fuzzy = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, backend).run_parts(
-                ddf, table, table.map(_fuzzy_candidates, cfg=cfg.fuzzy), keys, executor, resident)
+                ddf, table, table.map(_fuzzy_candidates, cfg=cfg.fuzzy), keys, executor, resident,
+                host_sketches=sketching is not None)
     semantic = None
     if semantic_enabled(cfg.semantic):
         if cfg.semantic.enabled is None:
@@ -445,6 +462,20 @@ def _resident(cfg: Config, backend, executor: Executor):
     params = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, backend).device_params(executor) if cfg.fuzzy.enabled \
         else None
     return ResidentCorpus(backend.arrays, params, cfg.run.device_memory)
+
+
+def planned_text_bytes(specs) -> int:
+    """About the text bytes the planned partitions hold, before reading them (at least as many for plain JSON
+    Lines; compressed and Parquet files count ``COMPRESSED_EXPANSION`` times their size)."""
+    total = 0
+    for spec in specs:
+        for member in spec.parts():
+            if member.fmt == "jsonl" and member.compression is None and member.byte_end >= 0:
+                total += member.byte_end - member.byte_start
+            else:  # a whole file: its size when planned
+                total += (member.stamp[0] if member.stamp is not None and member.stamp[0] is not None else 0) * \
+                    COMPRESSED_EXPANSION
+    return total
 
 
 def _locator(specs):
