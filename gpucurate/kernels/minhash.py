@@ -129,6 +129,7 @@ def shingle_minhash(offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_
     for d in range(n):
         max_sh = max(max_sh, counts[d])
     unit_hash = np.empty(max_sh + k, dtype=np.uint64)
+    shingle = np.empty(max_sh, dtype=np.uint64)
     table_size = 16
     while table_size < 2 * max_sh:
         table_size *= 2
@@ -150,12 +151,23 @@ def shingle_minhash(offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_
         while size < 2 * nsh:
             size *= 2
         mask = U64(size - 1)
+        # the shingles' hashes first, in a loop without branches when every window is full (the usual
+        # case), so that the folds of consecutive shingles overlap; then their distinct values
+        if units >= k:
+            for u in range(nsh):
+                h = shingle_seed
+                for t in range(k):
+                    h = fold(h, unit_hash[u + t])
+                shingle[u] = fmix64(h)
+        else:
+            for u in range(nsh):
+                h = shingle_seed
+                for t in range(u, min(u + k, units)):
+                    h = fold(h, unit_hash[t])
+                shingle[u] = fmix64(h)
         w = 0
         for u in range(nsh):
-            h = shingle_seed
-            for t in range(u, min(u + k, units)):
-                h = fold(h, unit_hash[t])
-            h = fmix64(h)
+            h = shingle[u]
             slot = np.int64(h & mask)
             while stamp[slot] == d + 1 and table[slot] != h:
                 slot = (slot + 1) & mask
