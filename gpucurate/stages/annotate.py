@@ -323,6 +323,8 @@ def alias_table(annotations: pa.Table) -> pa.Table:
 #: edges per batch (row group) of ``edges.parquet``, and per id lookup of the driver's edge arrays: what
 #: this process holds of the edges at a time
 EDGE_BATCH = 100_000
+#: row groups of ``edges.parquet`` whose ids one lookup asks for (from the driver's edge arrays)
+LOOKUP_BATCHES = 8
 
 
 def edge_batches(table: DocParts, fuzzy: FuzzyResult | None, semantic: SemanticResult | None = None,
@@ -336,9 +338,12 @@ def edge_batches(table: DocParts, fuzzy: FuzzyResult | None, semantic: SemanticR
     (a ``lookup``), and come here one partition's table at a time; the driver's edge arrays ask the
     table's partitions for their ids a batch at a time."""
     def from_arrays(i, j, score, method, threshold):
-        for a in range(0, len(i), EDGE_BATCH):
-            b = a + EDGE_BATCH
-            yield _edges(table, executor, i[a:b], j[a:b], score[a:b], method, threshold)
+        # ids asked of the partitions for LOOKUP_BATCHES row groups at once (each ask is a step over them)
+        for a in range(0, len(i), EDGE_BATCH * LOOKUP_BATCHES):
+            b = a + EDGE_BATCH * LOOKUP_BATCHES
+            edges = _edges(table, executor, i[a:b], j[a:b], score[a:b], method, threshold)
+            for c in range(0, edges.num_rows, EDGE_BATCH):
+                yield edges.slice(c, EDGE_BATCH)
 
     def from_parts(parts, method, threshold):
         ids = lookup(executor, [delayed(_pair_rows)(p) for p in parts], table.columns("id"), table.part_offsets,
