@@ -97,46 +97,67 @@ def _minhash_into(hashes, perm_a, perm_b, sig):
         q += 1
 
 
-@njit(nogil=True, cache=True, aot=("i8[:], u8[:], i8[:], i8[:], i8, i8, u8, u8[:], u8[:], i8[:], u4[:,:]",))
-def shingle_minhash(offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_b, counts, sigs):
+@njit(nogil=True, cache=True)
+def _scan_units(words, data, start, end, mode, seed, unit_hash):
+    """Hash every unit of the non-empty text ``data[start:end]`` into ``unit_hash`` (at least ``end - start
+    + 1`` long); return the count. Word mode: the runs between single spaces; char mode: the code points
+    (from each byte that does not continue a UTF-8 sequence to the next). The same units as ``unit_bounds``."""
+    c = 0
+    if mode == WORD:
+        w0 = start
+        for i in range(start, end):
+            if data[i] == 32:
+                unit_hash[c] = hash_bytes(words, w0, i, seed)
+                w0 = i + 1
+                c += 1
+        unit_hash[c] = hash_bytes(words, w0, end, seed)
+        return c + 1
+    u0 = start
+    for i in range(start + 1, end):
+        if (data[i] & 0xC0) != 0x80:
+            unit_hash[c] = hash_bytes(words, u0, i, seed)
+            u0 = i
+            c += 1
+    unit_hash[c] = hash_bytes(words, u0, end, seed)
+    return c + 1
+
+
+@njit(nogil=True, cache=True, aot=("i8[:], u8[:], u1[:], i8, i8, u8, u8[:], u8[:], u4[:,:]",))
+def shingle_minhash(offsets, words, data, mode, k, seed, perm_a, perm_b, sigs):
     """MinHash signatures and distinct shingle hashes of every text.
 
     Parameters
     ----------
     offsets, words : int64[n + 1], uint64[m // 8 + 2] -- Arrow string buffers of the normalized
-        texts, the bytes as ``hashing.padded_words``.
-    bounds, cursor : ``unit_bounds``.
+        texts, the bytes as ``hashing.padded_words``; data : uint8[m] -- the same bytes (``words.view``).
     mode, k : WORD or CHAR, shingle length in units.
     seed : uint64 -- shingle hash seed.
     perm_a, perm_b : uint64[P] -- permutations (``hashing.permutations``).
-    counts : int64[n] -- ``shingle_counts``.
     sigs : uint32[n, P] -- written: the MinHash signatures (all ``EMPTY_SIG`` for an empty text); a slice of
         the caller's output, so that batches need no concatenation.
-    (``signatures`` does all of this; this is the compiled core.)
+    (``signatures`` does all of this; this is the compiled core. Units are found by scanning each text's
+    bytes here, so that no array of unit bounds is made for the batch.)
 
     Returns
     -------
     uniq_counts : int64[n] -- distinct shingles of each text.
     values : uint64[uniq_counts.sum()] -- the distinct shingles of text 0, then of text 1, ... (each in
-        first-seen order): a CSR array with offsets ``cumsum(uniq_counts)``, written in place (a view of a
-        buffer of ``counts.sum()``), so no second pass compacts it.
+        first-seen order): a CSR array with offsets ``cumsum(uniq_counts)`` (a view of a buffer grown as
+        needed, so no second pass compacts it).
     """
     n = offsets.shape[0] - 1
     P = perm_a.shape[0]
-    values = np.empty(counts.sum(), dtype=np.uint64)
-    uniq_counts = np.zeros(n, dtype=np.int64)
-    max_sh = 1
+    longest = 1
     for d in range(n):
-        max_sh = max(max_sh, counts[d])
-    unit_hash = np.empty(max_sh + k, dtype=np.uint64)
-    shingle = np.empty(max_sh, dtype=np.uint64)
-    table_size = 16
-    while table_size < 2 * max_sh:
-        table_size *= 2
+        longest = max(longest, offsets[d + 1] - offsets[d])
+    unit_hash = np.empty(longest + 1, dtype=np.uint64)  # a text has at most a unit a byte
+    shingle = np.empty(longest + 1, dtype=np.uint64)
+    values = np.empty(max(16, (offsets[n] - offsets[0]) // 4), dtype=np.uint64)
+    uniq_counts = np.zeros(n, dtype=np.int64)
     # distinct shingles: open addressing; a slot holds a hash of text d when its stamp is d + 1, so the
     # table needs no clearing between texts (written out here because a helper call is slower)
-    table = np.empty(table_size, dtype=np.uint64)
-    stamp = np.zeros(table_size, dtype=np.int64)
+    table = np.empty(1024, dtype=np.uint64)
+    stamp = np.zeros(1024, dtype=np.int64)
     sig = np.empty(P, dtype=np.uint32)
     shingle_seed = seed ^ M2
     base = 0  # where text d's distinct shingles start: the sum of the earlier texts' counts
@@ -145,11 +166,18 @@ def shingle_minhash(offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_
         if e <= s:
             sigs[d, :] = EMPTY_SIG
             continue
-        units = _unit_hashes(words, bounds, cursor[d], cursor[d + 1], s, e, mode, seed, unit_hash)
-        nsh = counts[d]
+        units = _scan_units(words, data, s, e, mode, seed, unit_hash)
+        nsh = units - k + 1 if units > k else 1
         size = 16
         while size < 2 * nsh:
             size *= 2
+        if size > table.shape[0]:  # a longer text than any before: a larger table, from stamp 0
+            table = np.empty(size, dtype=np.uint64)
+            stamp = np.zeros(size, dtype=np.int64)
+        if base + nsh > values.shape[0]:
+            grown = np.empty(max(2 * values.shape[0], base + nsh), dtype=np.uint64)
+            grown[:base] = values[:base]
+            values = grown
         mask = U64(size - 1)
         # the shingles' hashes first, in a loop without branches when every window is full (the usual
         # case), so that the folds of consecutive shingles overlap; then their distinct values
@@ -160,11 +188,10 @@ def shingle_minhash(offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_
                     h = fold(h, unit_hash[u + t])
                 shingle[u] = fmix64(h)
         else:
-            for u in range(nsh):
-                h = shingle_seed
-                for t in range(u, min(u + k, units)):
-                    h = fold(h, unit_hash[t])
-                shingle[u] = fmix64(h)
+            h = shingle_seed
+            for t in range(units):
+                h = fold(h, unit_hash[t])
+            shingle[0] = fmix64(h)
         w = 0
         for u in range(nsh):
             h = shingle[u]
@@ -194,6 +221,21 @@ def take_sets_into(offsets, values, rows, out, start):
         out[pos:pos + b - a] = values[a:b]
         pos += b - a
     return pos
+
+
+@njit(nogil=True, cache=True, aot=("i8[:], u1[:], i8[:], u1[:]",))
+def gather_texts_into(offsets, data, rows, out):
+    """The texts ``rows`` (int64[k]) of Arrow string buffers packed together into ``out`` (uint8, long
+    enough); returns their offsets int64[k + 1]."""
+    k = rows.shape[0]
+    out_offsets = np.empty(k + 1, dtype=np.int64)
+    out_offsets[0] = 0
+    for t in range(k):
+        out_offsets[t + 1] = out_offsets[t] + offsets[rows[t] + 1] - offsets[rows[t]]
+    for t in range(k):
+        start = offsets[rows[t]]
+        out[out_offsets[t]:out_offsets[t + 1]] = data[start:start + out_offsets[t + 1] - out_offsets[t]]
+    return out_offsets
 
 
 @njit(nogil=True, cache=True, aot=("i8[:], u1[:], i8[:]",))
@@ -239,20 +281,22 @@ def signatures(offsets: np.ndarray, data: np.ndarray, mode: int, k: int, seed: n
         cuts.append(max(cuts[-1] + 1, min(n, int(np.searchsorted(sizes_at, target, side="right")) - 1)))
 
     sigs = np.empty((n, len(perm_a)), np.uint32)
+    # one buffer for the batches' bytes when they run one after another (a fresh one a batch costs its
+    # pages' faults each time)
+    spans = np.diff(np.asarray(sizes_at)[cuts])
+    scratch = np.empty(int(spans.max()) // 8 + 2 if len(spans) else 2, np.uint64) if threads <= 1 else None
 
     def batch(bounds_pair):
         lo, hi = bounds_pair
+        words = scratch if scratch is not None else np.empty((sizes_at[hi] - sizes_at[lo]) // 8 + 2, np.uint64)
         if rows is None:
             start, stop = offsets[lo], offsets[hi]
             batch_offsets = offsets[lo:hi + 1] - start
-            batch_data = data[start:stop]
-            words = padded_words(batch_data)
+            words.view(np.uint8)[:stop - start] = data[start:stop]
         else:
-            batch_offsets, words = gather_texts(offsets, data, rows[lo:hi])
-            batch_data = words.view(np.uint8)[:batch_offsets[-1]]
-        bounds, cursor = unit_bounds(batch_offsets, batch_data, mode)
-        counts = shingle_counts(batch_offsets, cursor, mode, k)
-        return shingle_minhash(batch_offsets, words, bounds, cursor, mode, k, seed, perm_a, perm_b, counts,
+            batch_offsets = gather_texts_into(offsets, data, rows[lo:hi], words.view(np.uint8))
+        words.view(np.uint8)[batch_offsets[-1]:batch_offsets[-1] + 16] = 0  # as padded_words: zeros past the end
+        return shingle_minhash(batch_offsets, words, words.view(np.uint8), mode, k, seed, perm_a, perm_b,
                                sigs[lo:hi])
 
     results = thread_map(batch, list(zip(cuts[:-1], cuts[1:])), threads)
