@@ -45,16 +45,23 @@ class DeviceSketch:
     sigs: object = None
 
 
-def upload_texts(dev, offsets: np.ndarray, data: np.ndarray) -> DeviceTexts:
-    """Copy one partition's Arrow string buffers up once. The offsets may start anywhere (a sliced Arrow
-    array); only the bytes they cover go up, and the offsets as int32 when they fit (4 bytes a text)."""
+def stage_texts(offsets: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The host side of ``upload_texts``: ``(offsets from 0, as int32 when they fit, the bytes they cover)``;
+    work that needs no device, done before taking its lock."""
     start, stop = int(offsets[0]), int(offsets[-1])
     local = offsets - offsets[0]
-    small = stop - start < 2 ** 31
+    return (local.astype(np.int32) if stop - start < 2 ** 31 else local.astype(np.int64)), data[start:stop]
+
+
+def upload_texts(dev, offsets: np.ndarray, data: np.ndarray, staged: tuple | None = None) -> DeviceTexts:
+    """Copy one partition's Arrow string buffers up once. The offsets may start anywhere (a sliced Arrow
+    array); only the bytes they cover go up, and the offsets as int32 when they fit (4 bytes a text).
+    ``staged``: ``stage_texts(offsets, data)`` when already made."""
+    local, covered = staged if staged is not None else stage_texts(offsets, data)
     xp = dev.xp
-    dev_offsets = dev.to_device(local.astype(np.int32) if small else local.astype(np.int64))
-    words = dev.to_device_words(data[start:stop])
-    return DeviceTexts(xp.astype(dev_offsets, xp.int64), words, stop - start)
+    dev_offsets = dev.to_device(local)
+    words = dev.to_device_words(covered)
+    return DeviceTexts(xp.astype(dev_offsets, xp.int64), words, len(covered))
 
 
 def segment_ids(xp, seg_offsets, total: int):

@@ -73,20 +73,21 @@ class ResidentCorpus:
         """A partition's texts up once: ``(hashes uint64[n], words int64[n], chars int64[n])`` back, and its
         ``glue.DeviceSketch`` on the device as a ``Spillable`` (None without fuzzy params)."""
         dev, xp = self.dev, self.dev.xp
-        with dev.lock:
+        staged = glue.stage_texts(offsets, data)  # host work before the lock, host work after it
+        with dev.lock:  # one partition's device work at a time
             with dev.step("upload text"):
-                t = glue.upload_texts(dev, offsets, data)
+                t = glue.upload_texts(dev, offsets, data, staged)
             char_mode = self.params is not None and self.params.mode != WORD
             units = glue.text_units(dev, t, char_mode)
             hashes = glue.text_hashes(dev, t)
             with dev.step("exact: hashes and counts"):
-                out = (dev.to_host(hashes), dev.to_host(xp.astype(units.words, xp.int32)).astype(np.int64),
-                       dev.to_host(xp.astype(units.chars, xp.int32)).astype(np.int64))
+                out = (dev.to_host(hashes), dev.to_host(xp.astype(units.words, xp.int32)),
+                       dev.to_host(xp.astype(units.chars, xp.int32)))
             sketch = None
             if self.params is not None:
                 with dev.step("fuzzy: sketch"):
                     sketch = Spillable(dev, glue.sketch(dev, t, units, self.params, *self._permutations()))
-        return (*out, sketch)
+        return out[0], out[1].astype(np.int64), out[2].astype(np.int64), sketch
 
     def cluster(self, sketches: list, masks: list[np.ndarray], key: np.ndarray | None, threshold: float,
                 verify: bool, max_bucket: int, anchors: int) -> ClusterResult:
