@@ -43,6 +43,23 @@ def test_scheduler_address_gives_identical_annotations(tmp_path, demo_frame, clu
         shuffled
 
 
+def test_annotations_only_output_on_a_cluster(tmp_path, demo_frame, cluster):
+    """``output.columns=annotations`` on the workers: the same annotation columns as in one process, each row's
+    ``input_file`` and ``input_row`` its record's place, and its task seconds summed over the workers."""
+    recs = demo_frame.head(600).to_dict(orient="records")
+    for n in range(3):
+        write_jsonl(tmp_path / f"part-{n}.jsonl", recs[n * 200:(n + 1) * 200])
+    inputs = [str(tmp_path / "part-*.jsonl")]
+    settings = ["run.progress=false", "output.columns=annotations"]
+    gpucurate.run(inputs, tmp_path / "local", overrides=settings)
+    remote = gpucurate.run(inputs, tmp_path / "remote", overrides=settings + [f"run.scheduler={cluster.scheduler_address}"])
+    local_ann, remote_ann = read_annotations(tmp_path / "local"), read_annotations(tmp_path / "remote")
+    pd.testing.assert_frame_equal(remote_ann[ANNOTATION_COLUMNS], local_ann[ANNOTATION_COLUMNS])
+    where = remote_ann["input_file"].str.extract(r"part-(\d)\.jsonl$")[0].astype(int) * 200 + remote_ann["input_row"]
+    assert (remote_ann["doc_id"].map({r["id"]: k for k, r in enumerate(recs)}) == where).all()
+    assert remote["task_seconds"]["parse"] > 0 and remote["task_seconds"]["fuzzy: minhash"] > 0
+
+
 def test_unreachable_scheduler_is_a_config_error(tmp_path):
     src = write_jsonl(tmp_path / "a.jsonl", [{"id": 1, "text": "x"}])
     with pytest.raises(gpucurate.ConfigError, match="127.0.0.1:9"):
