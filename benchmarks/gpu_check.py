@@ -930,6 +930,7 @@ def one_run(ctx: Context, src: Path, backend: str, docs: int, nbytes: int, colum
            "candidate_pairs": summary["stages"]["fuzzy"].get("candidate_pairs")}
     if backend == "gpu":
         row["device"] = summary.get("device")
+        row["device_busy_fraction"] = (summary.get("device") or {}).get("device_busy_fraction")
         if pool is not None:
             row["pool_high_water_bytes"] = int(pool.total_bytes())  # the pool keeps what it took
             row["pool_used_after_bytes"] = int(pool.used_bytes())
@@ -1130,7 +1131,9 @@ def build_table(result: dict) -> tuple[list[dict], list[str], list[dict]]:
                      "vs_cpu": r.get("vs_cpu"),
                      "result": None if r["backend"] == "cpu" else
                      ("counts match cpu" if r.get("counts_match_cpu") else
-                      "COUNTS DIFFER" if "counts_match_cpu" in r else None)})
+                      "COUNTS DIFFER" if "counts_match_cpu" in r else "")
+                     + (f"; device busy <= {r['device_busy_fraction']:.0%}" if r.get("device_busy_fraction") is not None
+                        else "")})
     for backend in ("gpu", "cpu"):
         fit = d.get(f"fit_{backend}")
         if fit:

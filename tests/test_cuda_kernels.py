@@ -259,6 +259,9 @@ def test_gpu_run_matches_cpu(tmp_path, over):
     assert gpu["stages"]["exact"]["duplicates"] > 0
     _assert_ledger_targets(gpu, texts)
     assert json.loads((tmp_path / "gpu" / "summary.json").read_text())["device"] == gpu["device"]
+    device = gpu["device"]  # the device lock's seconds: its work, within the run's wall time
+    assert 0 < device["device_seconds"] <= gpu["wall_time_s"] and device["devices_used"] == 1
+    assert 0 < device["device_busy_fraction"] <= 1
 
 
 @pytest.mark.parametrize("lsh", ["driver", "dask"])

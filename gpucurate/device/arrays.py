@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
+import time
 import weakref
 from collections import OrderedDict, defaultdict
 from contextlib import contextmanager
@@ -70,9 +71,42 @@ def merge_ledgers(summaries: list[dict]) -> dict:
     return {"bytes_to_device": sum(s["bytes_to_device"] for s in summaries),
             "bytes_to_host": sum(s["bytes_to_host"] for s in summaries),
             "transfers": sum(s["transfers"] for s in summaries), "peak_device_bytes": max(peaks) if peaks else None,
+            "device_seconds": round(sum(s.get("device_seconds", 0.0) for s in summaries), 4),
+            "devices_used": sum(1 for s in summaries if s.get("device_seconds")),
             "stored": {"budget": stored[0]["budget"], "peak_bytes": max(s["peak_bytes"] for s in stored),
                        "spilled": sum(s["spilled"] for s in stored)},
             "steps": dict(sorted(steps.items()))}
+
+
+class DeviceLock:
+    """The device's lock (reentrant): one partition's device work at a time. It also counts the seconds it was
+    held, from the outermost acquire to the release, the queued work finished first (``synchronize``): an
+    upper bound of the device's busy time, which ``summary.json`` divides by the wall time."""
+
+    def __init__(self, synchronize=None):
+        self._lock = threading.RLock()
+        self._synchronize = synchronize
+        self._depth = 0  # only the holder changes it
+        self._since = 0.0
+        self.held_seconds = 0.0
+
+    def __enter__(self):
+        self._lock.acquire()
+        if self._depth == 0:
+            self._since = time.perf_counter()
+        self._depth += 1
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self._depth -= 1
+            if self._depth == 0:
+                if self._synchronize is not None and exc[0] is None:
+                    self._synchronize()
+                self.held_seconds += time.perf_counter() - self._since
+        finally:
+            self._lock.release()
+        return False
 
 
 class SpillStore:
@@ -206,7 +240,7 @@ class DeviceArrays:
         self.simulated = kind != "cupy"
         self.check_launches = self.simulated
         # the simulator is not thread-safe, and one device runs one partition's kernels at a time anyway
-        self.lock = threading.RLock()
+        self.lock = DeviceLock(self._synchronize if kind == "cupy" else None)
         self.store = SpillStore()
 
     def __reduce__(self):
@@ -251,11 +285,18 @@ class DeviceArrays:
         return out
 
     def summary(self) -> dict:
-        """The ledger's summary and the ``stored`` values' budget, peak and spills (``SpillStore``)."""
+        """The ledger's summary, the ``stored`` values' budget, peak and spills (``SpillStore``), and the
+        seconds the device's lock was held (``DeviceLock``)."""
         return dict(self.ledger.summary(), stored={"budget": self.store.budget, "peak_bytes": self.store.peak_bytes,
-                                                   "spilled": self.store.spilled})
+                                                   "spilled": self.store.spilled},
+                    device_seconds=round(self.lock.held_seconds, 4))
+
+    def _synchronize(self) -> None:
+        import cupy
+        cupy.cuda.Device().synchronize()
 
     def reset_counts(self) -> None:
+        self.lock.held_seconds = 0.0
         self.ledger = TransferLedger()
         self.store.peak_bytes, self.store.spilled = self.store.device_bytes, 0
 

@@ -173,7 +173,7 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
         if local:
             summary["memory"] = {"limit": executor.memory_limit, **executor.store.summary()}
         if backend.arrays is not None:
-            summary["device"] = _device_summary(backend.arrays, executor, result.fuzzy)
+            summary["device"] = _device_summary(backend.arrays, executor, result.fuzzy, wall)
     write_json(summary, out / "summary.json")
     start = time.perf_counter()
     write_report(out, staged=True, samples=samples)  # reads summary.json; its own time is added after
@@ -195,15 +195,19 @@ def _task_seconds(executor: Executor) -> dict:
     return dict(sorted(out.items()))
 
 
-def _device_summary(arrays, executor: Executor, fuzzy) -> dict:
+def _device_summary(arrays, executor: Executor, fuzzy, wall: float) -> dict:
     """``summary.json``'s ``device`` section: the transfer ledger of this process and, on a cluster, of the
-    workers' processes, summed; ``resident`` when the fuzzy stage's sketches stayed on the devices."""
+    workers' processes, summed; ``resident`` when the fuzzy stage's sketches stayed on the devices;
+    ``device_busy_fraction``: the seconds the devices' locks were held (their work finished) over the wall
+    time of the devices used, an upper bound of the time they were busy."""
     from ..device.arrays import merge_ledgers, process_ledger
     ledgers = [arrays.summary()]
     if executor.client is not None:
         ledgers += [w for w in executor.client.run(process_ledger, arrays.kind).values() if w is not None]
     out = dict(merge_ledgers(ledgers), arrays=arrays.kind, processes=len(ledgers),
                resident=fuzzy is None or bool(fuzzy.stats.get("device_resident")))
+    out["device_busy_fraction"] = round(out["device_seconds"] / (wall * max(1, out["devices_used"])), 4) \
+        if wall > 0 else None
     if executor.client is not None:
         out["note"] = ("summed over the Dask workers' processes and this one; pieces and states sent between "
                        "workers go through host memory, counted as 'spill: sent to another worker' and "
