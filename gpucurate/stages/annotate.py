@@ -221,25 +221,29 @@ def annotate_parts(table: DocParts, executor: Executor, out: OutputConfig, fuzzy
     ``semantic_canon`` and ``semantic_sim`` when ``semantic``; ``qrule`` and ``qvalue`` with
     ``quality_limits``; the ``contamination_*`` columns when present.
     """
+    # each lookup also answers the ids of the rows it asks about: the exact canonicals' ids come with their
+    # fuzzy canonicals, the fuzzy canonicals' with their semantic ones, the final canonicals' with the
+    # cluster sizes (a stage that is off asks nothing, and its canonicals are the previous stage's)
     offs = table.part_offsets
     exact_canon = table.column("exact_canon")
+    fuzzy_of = semantic_of = None
     if fuzzy:
-        fuzzy_of = lookup(executor, exact_canon, table.columns("fuzzy_canon", "fuzzy_sim"), offs, answer_columns,
-                          "annotate: fuzzy canonicals")
+        fuzzy_of = lookup(executor, exact_canon, table.columns("fuzzy_canon", "fuzzy_sim", "id"), offs,
+                          answer_columns, "annotate: fuzzy canonicals")
         fuzzy_canon = [delayed(_item)(a, 0) for a in fuzzy_of]
     else:
-        fuzzy_of, fuzzy_canon = [None] * table.npartitions, exact_canon
+        fuzzy_canon = exact_canon
     if semantic:
-        final = [delayed(_item)(a, 0) for a in lookup(executor, fuzzy_canon, table.columns("semantic_canon"), offs,
-                                                      answer_columns, "annotate: semantic canonicals")]
+        semantic_of = lookup(executor, fuzzy_canon, table.columns("semantic_canon", "id"), offs, answer_columns,
+                             "annotate: semantic canonicals")
+        final = [delayed(_item)(a, 0) for a in semantic_of]
     else:
         final = fuzzy_canon
-    ids = table.columns("id")
-    final_of = lookup(executor, final, ids, offs, _answer_count_and_ids, "annotate: cluster sizes")
-    group_ids = lookup(executor, [delayed(_concat)(a, b) for a, b in zip(exact_canon, fuzzy_canon)], ids, offs,
-                       answer_columns, "annotate: group ids")
-    return table.update(executor, _annotate_part, "annotate", fuzzy_canon, final, fuzzy_of, final_of, group_ids,
-                        out=out, int_ids=table.int_ids, score_kind=score_kind, quality_limits=quality_limits)
+    final_of = lookup(executor, final, table.columns("id"), offs, _answer_count_and_ids, "annotate: cluster sizes")
+    n = table.npartitions
+    return table.update(executor, _annotate_part, "annotate", fuzzy_canon, final, fuzzy_of or [None] * n,
+                        semantic_of or [None] * n, final_of, out=out, int_ids=table.int_ids, score_kind=score_kind,
+                        quality_limits=quality_limits)
 
 
 def _answer_count_and_ids(owner: tuple, local: np.ndarray, counts: np.ndarray) -> tuple:
@@ -250,19 +254,16 @@ def _item(answers: tuple, k: int) -> np.ndarray:
     return answers[k]
 
 
-def _concat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.concatenate([a, b])
-
-
-def _annotate_part(state: dict, first_row: int, fuzzy_canon, final, fuzzy_of, final_of, group_ids, *, out, int_ids,
-                   score_kind, quality_limits) -> dict:
+def _annotate_part(state: dict, first_row: int, fuzzy_canon, final, fuzzy_of, semantic_of, final_of, *, out,
+                   int_ids, score_kind, quality_limits) -> dict:
     m = len(state["ord"])
     rows = first_row + np.arange(m, dtype=np.int64)
     exact_canon = state["exact_canon"]
     fuzzy_similarity = fuzzy_of[1] if fuzzy_of is not None else np.ones(m)
     semantic_similarity = state["semantic_sim"] if "semantic_sim" in state else np.ones(m)
     cluster_size, final_ids = final_of
-    (canon_ids,) = group_ids
+    fuzzy_ids = semantic_of[1] if semantic_of is not None else final_ids
+    exact_ids = fuzzy_of[2] if fuzzy_of is not None else fuzzy_ids
     gates = None
     if quality_limits is not None:
         result = QualityResult(state["qrule"], state["qvalue"], quality_limits)
@@ -270,9 +271,9 @@ def _annotate_part(state: dict, first_row: int, fuzzy_canon, final, fuzzy_of, fi
     if "contaminated" in state:
         gates = gates or Gates(np.zeros(m, bool), None, None)
         gates.contamination = tuple(state[k] for k in CONTAMINATION_COLUMNS)
-    annotations = annotation_columns(rows, exact_canon, fuzzy_canon, final, state["id"], canon_ids[:m],
-                                     canon_ids[m:], final_ids, fuzzy_similarity, semantic_similarity, cluster_size,
-                                     gates, out, int_ids, score_kind)
+    annotations = annotation_columns(rows, exact_canon, fuzzy_canon, final, state["id"], exact_ids, fuzzy_ids,
+                                     final_ids, fuzzy_similarity, semantic_similarity, cluster_size, gates, out,
+                                     int_ids, score_kind)
     if STRIP_CUTS_COLUMN in state:  # the bytes a strip removed, for removed_spans
         annotations = annotations.set_column(annotations.schema.get_field_index(STRIP_CUTS), STRIP_CUTS,
                                              pa.array(state[STRIP_CUTS_COLUMN], type=RANGES))
