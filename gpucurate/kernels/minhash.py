@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine.threads import thread_map
-from .hashing import EXACT_SEED, M2, U64, band_seed, fmix64, fold, hash_bytes, minhash_value, padded_words
+from .hashing import EXACT_SEED, M2, U64, band_seed, fmix64, fold, hash_bytes, minhash_value
 from .jit import njit
 
 WORD, CHAR = 0, 1
@@ -48,26 +48,6 @@ def shingle_counts(offsets: np.ndarray, cursor: np.ndarray, mode: int, k: int) -
     units = np.diff(cursor) + (1 if mode == WORD else 0)
     units[np.diff(offsets) == 0] = 0
     return np.where(units > k, units - k + 1, np.minimum(units, 1)).astype(np.int64)
-
-
-@njit(nogil=True, cache=True)
-def _unit_hashes(words, bounds, lo, hi, start, end, mode, seed, unit_hash):
-    """Hash every unit (word or code point) of a non-empty text into ``unit_hash``; return the count."""
-    c = 0
-    if mode == WORD:
-        w0 = start
-        for q in range(lo, hi):
-            unit_hash[c] = hash_bytes(words, w0, bounds[q], seed)
-            w0 = bounds[q] + 1
-            c += 1
-        unit_hash[c] = hash_bytes(words, w0, end, seed)
-        c += 1
-    else:
-        for q in range(lo, hi):
-            stop = bounds[q + 1] if q + 1 < hi else end
-            unit_hash[c] = hash_bytes(words, bounds[q], stop, seed)
-            c += 1
-    return c
 
 
 @njit(nogil=True, cache=True)
@@ -238,21 +218,11 @@ def gather_texts_into(offsets, data, rows, out):
     return out_offsets
 
 
-@njit(nogil=True, cache=True, aot=("i8[:], u1[:], i8[:]",))
-def gather_texts(offsets, data, rows):
+def gather_texts(offsets: np.ndarray, data: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The texts ``rows`` (int64[k]) of Arrow string buffers packed together: ``(offsets int64[k + 1],
     their bytes as hashing.padded_words)``."""
-    k = rows.shape[0]
-    out_offsets = np.empty(k + 1, dtype=np.int64)
-    out_offsets[0] = 0
-    for t in range(k):
-        out_offsets[t + 1] = out_offsets[t] + offsets[rows[t] + 1] - offsets[rows[t]]
-    words = np.zeros(out_offsets[k] // 8 + 2, dtype=np.uint64)
-    out = words.view(np.uint8)
-    for t in range(k):
-        start = offsets[rows[t]]
-        out[out_offsets[t]:out_offsets[t + 1]] = data[start:start + out_offsets[t + 1] - out_offsets[t]]
-    return out_offsets, words
+    words = np.zeros(int((offsets[rows + 1] - offsets[rows]).sum()) // 8 + 2, dtype=np.uint64)
+    return gather_texts_into(offsets, data, rows, words.view(np.uint8)), words
 
 
 def signatures(offsets: np.ndarray, data: np.ndarray, mode: int, k: int, seed: np.uint64, perm_a: np.ndarray,

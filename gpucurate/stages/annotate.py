@@ -97,7 +97,7 @@ def fixed3(values: np.ndarray) -> pa.Array:
     scaled = values * 1000.0
     with np.errstate(invalid="ignore"):  # NaN and infinities are left to Python
         exact = np.isfinite(scaled) & (values >= 0) & (np.abs(scaled - np.floor(scaled) - 0.5) > 1e-6)
-    k = np.where(exact, np.rint(np.where(exact, scaled, 0.0)), 0).astype(np.int64)
+    k = np.rint(np.where(exact, scaled, 0.0)).astype(np.int64)
     text = pc.binary_join_element_wise(pa.array(k // 1000).cast(pa.string()),
                                        pc.utf8_lpad(pa.array(k % 1000).cast(pa.string()), 3, "0"), ".")
     if exact.all():

@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..engine.backend import Backend
 from ..engine.clock import task_clock
-from ..engine.threads import concatenate
+from ..engine.threads import concatenate, thread_map
 from .normalize import arrow_buffers
 
 
@@ -98,8 +98,8 @@ class Sketches:
 @dataclass
 class HostSketch:
     """A partition's sketches made in the read pass (``sketch_distinct``), kept in its state until the fuzzy
-    stage selects its participants' (``select``): one sketch per distinct text among the rows that may take
-    part, ``index[r]`` the sketch of row ``r`` (-1: the row cannot take part)."""
+    stage takes its participants' (``gather_sketches``): one sketch per distinct text among the rows that may
+    take part, ``index[r]`` the sketch of row ``r`` (-1: the row cannot take part)."""
     index: np.ndarray  # int64[rows]
     keys: np.ndarray  # uint64[s, bands]
     csr_offsets: np.ndarray  # int64[s + 1]
@@ -110,7 +110,6 @@ class HostSketch:
 def gather_sketches(parts: list[HostSketch], masks: list[np.ndarray], threads: int = 1) -> Sketches:
     """The ``Sketches`` of the rows of ``masks[p]`` of every partition's ``HostSketch``, in row order (each row
     must have a sketch): the selected sets are copied once, straight into one CSR, on ``threads`` threads."""
-    from ..engine.threads import thread_map
     from ..kernels.minhash import take_sets_into
     which = [np.ascontiguousarray(h.index[m], np.int64) for h, m in zip(parts, masks)]
     if any((w < 0).any() for w in which):

@@ -66,11 +66,8 @@ class Timer:
         """Time one part of ``stage`` (a block inside that stage's own ``with timer(stage)``)."""
         start = time.perf_counter()
         yield
-        self.record(stage, name, time.perf_counter() - start)
-
-    def record(self, stage: str, name: str, seconds: float) -> None:
         steps = self.steps.setdefault(stage, {})
-        steps[name] = round(steps.get(name, 0.0) + seconds, 4)
+        steps[name] = round(steps.get(name, 0.0) + time.perf_counter() - start, 4)
 
 
 def _versions() -> dict:
