@@ -84,13 +84,15 @@ class FuzzyDedup:
                boilerplate: np.ndarray | None = None, made: list | None = None) -> Sketches:
         """Band keys and shingle sets of the ``participants`` (bool[n]) rows, in row order; with
         ``fuzzy.boilerplate`` the given boilerplate hashes are removed, or those of these rows when None.
-        ``made``: the partitions' ``HostSketch`` from the read pass, which the participants' are taken from."""
+        ``made``: the partitions' ``HostSketch`` from the read pass, which the participants' are taken from; the
+        list is emptied then, so that they are freed before the LSH."""
         params = self.params()
         offs = table.part_offsets
         masks = [participants[offs[p]:offs[p + 1]] for p in range(len(offs) - 1)]
         if made is not None:
-            return self.finish_sketches(gather_sketches(made, masks, executor.local_threads), boilerplate,
-                                        executor.workers)
+            gathered = gather_sketches(made, masks, executor.local_threads)
+            made.clear()
+            return self.finish_sketches(gathered, boilerplate, executor.workers)
         params.threads = executor.threads_per_task(ddf.npartitions)
         tasks = [delayed(signature_partition)(part, mask, params, self.backend)
                  for part, mask in zip(ddf.to_delayed(), masks)]
@@ -246,7 +248,8 @@ class FuzzyDedup:
         device = resident is not None and resident.params is not None
         if host_sketches and (self._on_dask(executor, quiet=True) or self._sets_exceed(table, executor,
                                                                                           quiet=True)):
-            table = table.without(executor, "fuzzy: sketches", "host_sketch")  # the other paths make their own
+            table.hand_over(executor, "host_sketch", "fuzzy: sketches")  # dropped: the other paths make their own
+            table = table.without(executor, "fuzzy: sketches", "host_sketch")  # and not loaded again if spilled
             host_sketches = False
         if self._on_dask(executor):
             return self._run_dask(ddf, table, participants, keys, executor, resident if device else None)
@@ -259,8 +262,8 @@ class FuzzyDedup:
         elif self._sets_exceed(table, executor):
             return self._run_dask(ddf, table, participants, keys, executor, by_exchange=True)
         elif host_sketches:  # the states are in this process: their sketches are taken, not copied
-            made = executor.compute(table.column("host_sketch"), "fuzzy: sketches")
-            table = table.without(executor, "fuzzy: sketches", "host_sketch")
+            made = table.hand_over(executor, "host_sketch", "fuzzy: sketches")
+            table = table.without(executor, "fuzzy: sketches", "host_sketch")  # not loaded again if spilled
             result = self.run(ddf, keys, _gathered(participants, executor), executor, made=made)
         else:
             result = self.run(ddf, keys, _gathered(participants, executor), executor)

@@ -106,6 +106,12 @@ class HostSketch:
     csr_values: np.ndarray  # uint64[...]
     sigs: np.ndarray | None  # uint32[s, P] when the stage keeps signatures
 
+    @property
+    def nbytes(self) -> int:
+        """What it holds (``engine.spill.nbytes_of`` counts kept values by it)."""
+        return sum(int(a.nbytes) for a in (self.index, self.keys, self.csr_offsets, self.csr_values, self.sigs)
+                   if a is not None)
+
 
 def gather_sketches(parts: list[HostSketch], masks: list[np.ndarray], threads: int = 1) -> Sketches:
     """The ``Sketches`` of the rows of ``masks[p]`` of every partition's ``HostSketch``, in row order (each row
