@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -75,15 +74,80 @@ def _cli(*args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "gpucurate", *args], capture_output=True, text=True, timeout=300)
 
 
-def test_commands_that_need_the_texts_refuse_an_annotations_run(two_runs, tmp_path):
+def test_read_back_gives_the_part_files_of_all(two_runs):
+    """Each part file of the annotations run, read back from the inputs, is the part file ``all`` wrote."""
+    from gpucurate.io.readback import RunRecords
+    d, _, summaries = two_runs
+    full = RunRecords(d / "all", summaries["all"]["config"], "test")
+    slim = RunRecords(d / "annotations", summaries["annotations"]["config"], "test")
+    assert slim.read_back and not full.read_back and len(slim.files) == len(full.files) > 3
+    for a, b in zip(full.files, slim.files):
+        assert slim.table(b).equals(full.table(a))
+        assert slim.schema(b).names == full.schema(a).names
+        assert pa.Table.from_batches(list(slim.batches(b, ["text", "keep"], 20_000))).equals(
+            full.table(a, ["text", "keep"]))
+
+
+def test_commands_that_need_the_texts_read_them_back(two_runs, tmp_path):
+    from gpucurate.review.samples import sample_pairs, texts_of
     d, _, _ = two_runs
-    proc = _cli("export", "dataset", "--run", str(d / "annotations"), "--output", str(tmp_path / "x"))
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
-    assert "output.columns=annotations" in lines[0] and "export dataset" in lines[0]
-    assert not (tmp_path / "x").exists()
-    proc = _cli("export", "dataset", "--run", str(d / "all"), "--output", str(tmp_path / "y"))
+    for fmt in ("jsonl", "parquet"):
+        for c in ("all", "annotations"):
+            proc = _cli("export", "dataset", "--run", str(d / c), "--output", str(tmp_path / f"{c}.{fmt}"),
+                        "--format", fmt, "--weight", "-q")
+            assert proc.returncode == 0, proc.stderr
+        names = sorted(p.name for p in (tmp_path / f"all.{fmt}").glob("part-*"))
+        assert names and names == sorted(p.name for p in (tmp_path / f"annotations.{fmt}").glob("part-*"))
+        for name in names:
+            assert (tmp_path / f"all.{fmt}" / name).read_bytes() == (tmp_path / f"annotations.{fmt}" / name).read_bytes()
+    pairs = {c: sample_pairs(d / c, n=40) for c in ("all", "annotations")}
+    assert len(pairs["all"]) and pairs["all"].equals(pairs["annotations"])
+    ids = set(pairs["all"].id_a)
+    assert texts_of(d / "annotations", ids, "test") == texts_of(d / "all", ids, "test") and len(ids)
+
+
+def test_rethreshold_and_ingest_read_the_texts_back(tmp_path, demo_frame):
+    from gpucurate.workflows.ingest import ingest_run
+    from gpucurate.workflows.rethreshold import rethreshold
+    write_jsonl(tmp_path / "in.jsonl", demo_frame.to_dict(orient="records"))
+    for c in ("all", "annotations"):
+        gpucurate.run([str(tmp_path / "in.jsonl")], tmp_path / c, overrides=Q + [
+            "input.partition_bytes=100000", "semantic.enabled=false", f"output.columns={c}"])
+    again = {c: rethreshold(tmp_path / c, ["fuzzy.threshold=0.5"], tmp_path / f"re-{c}") for c in ("all", "annotations")}
+    assert again["annotations"]["stages"]["fuzzy"]["similarities_from_texts"] > 0  # read back from the inputs
+    assert again["annotations"]["stages"]["fuzzy"] == again["all"]["stages"]["fuzzy"]
+    assert _parts(tmp_path / "re-all").select(ANNOTATION_COLUMNS).equals(
+        _parts(tmp_path / "re-annotations").select(ANNOTATION_COLUMNS))
+    seeded = {c: ingest_run(tmp_path / f"re-{c}", tmp_path / f"state-{c}") for c in ("all", "annotations")}
+    for key in ("documents_in", "new_documents", "new_canonicals", "new_aliases"):
+        assert seeded["all"][key] == seeded["annotations"][key]
+
+
+def test_changed_or_missing_inputs_are_refused(tmp_path, demo_frame):
+    records = demo_frame.to_dict(orient="records")[:400]
+    src, run = tmp_path / "in", tmp_path / "run"
+    src.mkdir()
+    write_jsonl(src / "a.jsonl", records[:200])
+    write_jsonl(src / "b.jsonl", records[200:])
+    # relative inputs, read back from another directory than the run's
+    proc = subprocess.run([sys.executable, "-m", "gpucurate", "run", "-i", "in", "--output", "run", "-q",
+                           "--set", "output.columns=annotations", "--set", "semantic.enabled=false"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
+    assert _cli("export", "dataset", "--run", str(run), "--output", str(tmp_path / "ok"), "-q").returncode == 0
+    before = (src / "b.jsonl").read_bytes()
+    (src / "b.jsonl").write_bytes(before.replace(b"e", b"E", 1))  # same size, new content and time
+    for args in (["export", "dataset", "--run", str(run), "--output", str(tmp_path / "x")],
+                 ["sample-pairs", "--run", str(run), "--out", str(tmp_path / "pairs.csv")],
+                 ["report", "--run", str(run)]):
+        proc = _cli(*args)
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and "INFO" not in ln]
+        assert proc.returncode == 1 and len(lines) == 1, (args, proc.stderr)
+        assert "b.jsonl" in lines[0] and "changed since the run" in lines[0] and args[0] in lines[0]
+    assert not (tmp_path / "x").exists()
+    (src / "b.jsonl").unlink()
+    proc = _cli("export", "dataset", "--run", str(run), "--output", str(tmp_path / "x"))
+    assert proc.returncode == 1 and "b.jsonl: missing" in proc.stderr, proc.stderr
 
 
 def test_fixed3_is_printf():

@@ -104,6 +104,23 @@ class PartitionSpec:
     def paths(self) -> tuple:
         return tuple(m.path for m in self.parts())
 
+    def to_dict(self) -> dict:
+        """The spec as plain JSON values (``from_dict`` makes it again)."""
+        return dataclasses.asdict(self) | {"members": [m.to_dict() for m in self.members]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PartitionSpec":
+        def pair(v):
+            return tuple(v) if v is not None else None
+        return cls(**d | {"row_groups": tuple(d["row_groups"]), "row_slice": pair(d["row_slice"]),
+                          "hive": tuple(map(tuple, d["hive"])), "stamp": pair(d["stamp"]),
+                          "members": tuple(cls.from_dict(m) for m in d["members"])})
+
+    def rooted(self, cwd: str) -> "PartitionSpec":
+        """The spec with its relative local paths taken from ``cwd`` (the directory the run was started in)."""
+        path = self.path if "://" in self.path else os.path.join(cwd, os.path.expanduser(self.path))
+        return dataclasses.replace(self, path=path, members=tuple(m.rooted(cwd) for m in self.members))
+
 
 @dataclass
 class LoadedPartition:

@@ -377,12 +377,10 @@ def input_locations(spec: PartitionSpec, ords: np.ndarray) -> tuple[pa.Array, pa
     return files.dictionary_decode(), pa.array(ords & np.int64((1 << ROW_BITS) - 1), pa.int64())
 
 
-def require_texts(run: Path, summary_config: dict, command: str) -> None:
-    """An OutputError (exit 1) when the finished run ``run`` (its ``summary.json`` config) wrote annotations
-    only, so that ``command``, which needs the texts in its part files, cannot run on it."""
-    if (summary_config.get("output") or {}).get("columns", "all") != "all":
-        raise OutputError(f"the run wrote annotations only (output.columns=annotations): its part files hold no "
-                          f"texts, which {command} needs; run it with output.columns=all", run)
+#: schema metadata of an ``output.columns: annotations`` part file: its partition (``PartitionSpec.to_dict``) and
+#: the directory the run was started in, from which the commands that need the input's columns read them back
+#: (``io.readback``)
+INPUT_SPEC_KEY = b"gpucurate.input"
 
 
 def write_annotations(spec: PartitionSpec, cfg: Config, annotations: pa.Table, ords: np.ndarray, out_dir: str,
@@ -396,10 +394,29 @@ def write_annotations(spec: PartitionSpec, cfg: Config, annotations: pa.Table, o
     prefix = cfg.output.annotation_prefix
     table = pa.table(dict(zip(LOCATION_COLUMNS, input_locations(spec, ords)),
                           **{prefix + name: column for name, column in zip(names, columns)}),
-                     metadata=annotations.schema.metadata)
+                     metadata=(annotations.schema.metadata or {}) | {INPUT_SPEC_KEY: json.dumps(
+                         {"spec": spec.to_dict(), "cwd": os.getcwd()}).encode()})
     path = os.path.join(out_dir, ANNOTATIONS_DIR, f"part-{spec.index:05d}.parquet")
     pq.write_table(table, path, compression=_compression(cfg))
     return path
+
+
+def integer_ids(schema: pa.Schema, doc_id: str = "doc_id") -> bool:
+    """Whether the run writes the user's id column as int64 (else string), from the annotation table's
+    ``schema`` (a part file's, whose id annotation is named ``doc_id``)."""
+    id_type = (schema.metadata or {}).get(ID_TYPE_KEY)
+    return id_type == b"int64" if id_type is not None else pa.types.is_integer(schema.field(doc_id).type)
+
+
+def input_columns(spec: PartitionSpec, cfg: Config, part: LoadedPartition, integer: bool) -> pa.Table:
+    """The partition's input columns as every part file of the run holds them: the user's id column in the
+    run's one type (``integer``: int64, else string; ``table.unify_ids``), none named like an annotation."""
+    table = part.table
+    check_annotation_clash(spec.path, table.column_names, annotation_names(cfg.output.annotation_prefix))
+    if cfg.input.id_field in table.column_names:
+        i = table.schema.get_field_index(cfg.input.id_field)
+        table = table.set_column(i, cfg.input.id_field, run_id_column(spec, part, cfg.input, integer))
+    return table
 
 
 def write_partition(spec: PartitionSpec, cfg: Config, annotations: pa.Table, ords: np.ndarray, out_dir: str,
@@ -407,20 +424,12 @@ def write_partition(spec: PartitionSpec, cfg: Config, annotations: pa.Table, ord
     """The partition with all its columns (``part``: its parse by the read pass, else it is read again) and
     the annotation columns appended, as one Parquet file."""
     part = part or load_partition(spec, cfg.input)
-    table = part.table
-    if table.num_rows != annotations.num_rows or not np.array_equal(order_keys(spec, part.records), ords):
+    if part.table.num_rows != annotations.num_rows or not np.array_equal(order_keys(spec, part.records), ords):
         raise InputError("the file changed while it was being processed (rows differ between reads)", spec.path)
-    prefix = cfg.output.annotation_prefix
-    check_annotation_clash(spec.path, table.column_names, annotation_names(prefix))
-    if cfg.input.id_field in table.column_names:  # one id type in every part file: the run's (table.unify_ids)
-        id_type = (annotations.schema.metadata or {}).get(ID_TYPE_KEY)
-        integer = id_type == b"int64" if id_type is not None else pa.types.is_integer(annotations.schema.field(
-            "doc_id").type)
-        i = table.schema.get_field_index(cfg.input.id_field)
-        table = table.set_column(i, cfg.input.id_field, run_id_column(spec, part, cfg.input, integer))
+    table = input_columns(spec, cfg, part, integer_ids(annotations.schema))
     from ..stages.cuts import output_annotations
     for name, column in zip(*output_annotations(annotations, table.column(cfg.input.text_field))):
-        table = table.append_column(prefix + name, column)
+        table = table.append_column(cfg.output.annotation_prefix + name, column)
     path = os.path.join(out_dir, ANNOTATIONS_DIR, f"part-{spec.index:05d}.parquet")
     pq.write_table(table, path, compression=_compression(cfg))
     return path

@@ -233,7 +233,7 @@ def _samples_from_files(run: Path, cfg: dict) -> ClusterSamples:
                 REPORT_COLUMNS).to_pandas()
     samples = cluster_samples([clusters_of_part(a) for a in frames()],
                               lambda bins, top_ids: [members_of_part(a, bins, top_ids) for a in frames()])
-    samples.texts = texts_of(run, samples.shown_ids(), cfg["input"]["text_field"])
+    samples.texts = texts_of(run, samples.shown_ids(), "report")
     return samples
 
 

@@ -20,9 +20,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..config import run_annotation_prefix
 from ..errors import InputError
-from ..io.writer import require_texts
+from ..io.readback import RunRecords
+from ..io.writer import read_run_json, read_run_table
 
 DIFF_CHARS = 400
 
@@ -48,17 +48,20 @@ def edge_thresholds(cfg: dict) -> dict:
             "simhash": 1 - cfg["fuzzy"]["simhash_max_distance"] / 64, "cosine": cfg["semantic"]["threshold"]}
 
 
-def texts_of(run: Path, doc_ids: set, text_field: str) -> dict:
-    """doc_id -> stored text of the given documents of a finished run (one column pass per part)."""
-    texts = {}
-    doc_id = run_annotation_prefix(json.loads((run / "summary.json").read_text())["config"]) + "doc_id"
+def texts_of(run: Path, doc_ids: set, command: str) -> dict:
+    """doc_id -> original text of the given documents of a finished run (``command`` is named in errors): the
+    texts are read only from the part files that hold one of them, back from the inputs when the run wrote
+    annotations only (``io.readback``)."""
     if not doc_ids:
-        return texts
-    for f in sorted((run / "annotations").glob("part-*.parquet")):
-        if text_field not in pq.read_schema(f).names:  # output.columns=annotations: no texts to show
-            return texts
-        t = pq.read_table(f, columns=[doc_id, text_field])
-        texts.update(texts_by_id(t.column(doc_id), t.column(text_field), doc_ids))
+        return {}
+    cfg = read_run_json(run / "summary.json")["config"]
+    records = RunRecords(run, cfg, command)
+    doc_id, text_field = records.prefix + "doc_id", cfg["input"]["text_field"]
+    texts = {}
+    for f in records.files:
+        ids = read_run_table(f, columns=[doc_id]).column(doc_id)
+        if pc.any(pc.is_in(ids, value_set=pa.array(list(doc_ids)).cast(ids.type))).as_py():
+            texts.update(texts_by_id(ids, records.table(f, [text_field]).column(text_field), doc_ids))
     return texts
 
 
@@ -93,8 +96,7 @@ def sample_pairs(run_dir: str | Path, n: int = 300, seed: int = 0, bins: int = 8
             if len(rows):
                 picked.append(e.iloc[np.sort(rng.choice(rows, min(per_bin, len(rows)), replace=False))])
     sample = pd.concat(picked).head(n).reset_index(drop=True)
-    require_texts(run, cfg, "sample-pairs")
-    texts = texts_of(run, set(sample.id_a) | set(sample.id_b), cfg["input"]["text_field"])
+    texts = texts_of(run, set(sample.id_a) | set(sample.id_b), "sample-pairs")
     sample["text_a"] = [texts[i] for i in sample.id_a]
     sample["text_b"] = [texts[i] for i in sample.id_b]
     sample["diff"] = [word_diff(a, b) for a, b in zip(sample.text_a, sample.text_b)]

@@ -4,7 +4,8 @@ Only the kept documents (annotation ``keep``), with the user's own columns (ever
 but the annotation columns), the text column (``input.text_field``) after every removal stage: the byte
 ranges of ``removed_spans`` cut out (``stages.cuts.cut_texts``). One output file per part file of the run
 (``part-00000.parquet`` or ``part-00000.jsonl[.gz|.zst]``), read a record batch of about ``BATCH_BYTES``
-at a time, so memory does not grow with the run. The directory is written aside and put in place only
+at a time, so memory does not grow with the run. A run that wrote annotations only (``output.columns:
+annotations``) has its inputs read back, a partition at a time (``io.readback``). The directory is written aside and put in place only
 when complete, with ``export_summary.json`` and the ``_SUCCESS`` marker, like a run's output
 (``io.writer.StagedOutput``).
 """
@@ -26,13 +27,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .._version import __version__
-from ..config import OutputConfig, annotation_names, choices, run_annotation_prefix
+from ..config import OutputConfig, annotation_names, choices
 from ..engine.failpoints import failpoint
 from ..engine.progress import Reporter, stage as progress_stage, step as progress_step
 from ..errors import ArgumentError, InputError, OutputError
 from ..io.reader import COMPRESSIONS, detect_format
-from ..io.writer import (ANNOTATIONS_DIR, MARKER, Layout, StagedOutput, iter_run_table, read_run_json,
-                         read_run_metadata, require_complete, require_texts, write_json)
+from ..io.readback import RunRecords
+from ..io.writer import ANNOTATIONS_DIR, MARKER, Layout, StagedOutput, read_run_json, require_complete, write_json
 from ..stages.cuts import cut_texts, edited
 from ..stages.patterns import redaction_token
 
@@ -80,13 +81,12 @@ class Request:
 @dataclass(frozen=True)
 class Part:
     """One part file of the run and how to export it: ``user`` its input columns in order, ``read`` the
-    columns read (``user`` and the annotations needed), ``schema`` of the output, ``batch_rows`` rows per read."""
+    columns read (``user`` and the annotations needed), ``schema`` of the output."""
 
     path: Path
     user: tuple
     read: tuple
     schema: pa.Schema
-    batch_rows: int
 
 
 @dataclass
@@ -132,11 +132,12 @@ def export_dataset(run_dir: str | os.PathLike, output: str | os.PathLike, fmt: s
     summary = read_run_json(run / "summary.json")
     if "config" not in summary:
         raise OutputError("summary.json has no config: not the output directory of a run", run / "summary.json")
-    require_texts(run, summary["config"], "export dataset")
     request = resolve_request(summary, fmt, compression, original_text, weight)
-    parts = plan_parts(run, summary["config"], request)
+    records = RunRecords(run, summary["config"], "export dataset")
+    if not records.files:
+        raise OutputError("no part files (the run directory is incomplete)", run / ANNOTATIONS_DIR)
     with StagedOutput(output, overwrite, "export", layout=EXPORT_LAYOUT) as staged:
-        counts, files = _export_parts(parts, summary, request, staged.path, progress)
+        counts, files = _export_parts(records, summary, request, staged.path, progress)
         if (run / MARKER).read_bytes() != marker:  # rethreshold in place or a new run replaced it meanwhile
             raise OutputError("the run directory was replaced while it was being exported; export it again", run)
         result = _summary(run, output, request, counts, files, time.perf_counter() - start, summary)
@@ -186,20 +187,9 @@ def _formats_of_names(inputs: list[str]) -> set:
         return set()
 
 
-def plan_parts(run: Path, config: dict, request: Request) -> list[Part]:
-    """Every part file of the run with its columns, from the footers only: a part file whose input columns
-    clash with the requested ones is an ArgumentError before anything is written."""
-    paths = sorted((run / ANNOTATIONS_DIR).glob("part-*.parquet"))
-    if not paths:
-        raise OutputError("no part files (the run directory is incomplete)", run / ANNOTATIONS_DIR)
-    prefix, text_field = run_annotation_prefix(config), config["input"]["text_field"]
-    return [_plan_part(path, prefix, text_field, request) for path in paths]
-
-
-def _plan_part(path: Path, prefix: str, text_field: str, request: Request) -> Part:
-    """The ``Part`` of one part file, from its footer; the errors of ``plan_parts``."""
-    meta = read_run_metadata(path)
-    schema = meta.schema.to_arrow_schema()
+def plan_part(path: Path, schema: pa.Schema, prefix: str, text_field: str, request: Request) -> Part:
+    """The ``Part`` of one part file of the run from its ``schema`` (``RunRecords.schema``): its input columns
+    clashing with the requested ones are an ArgumentError, a missing text or annotation column an OutputError."""
     reserved = set(annotation_names(prefix))
     user = tuple(name for name in schema.names if name not in reserved)
     if text_field not in user:
@@ -219,28 +209,21 @@ def _plan_part(path: Path, prefix: str, text_field: str, request: Request) -> Pa
     if missing:
         raise OutputError(f"no annotation column {', '.join(missing)} (an older gpucurate wrote the run; run it "
                           "again)", path)
-    return Part(path, user, user + tuple(needed), pa.schema(fields), _batch_rows(meta))
+    return Part(path, user, user + tuple(needed), pa.schema(fields))
 
 
-def _batch_rows(meta: pq.FileMetaData) -> int:
-    """Rows per record batch so that one holds about ``BATCH_BYTES`` decoded (at least one row)."""
-    if meta.num_rows == 0:
-        return 1
-    decoded = sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
-    return max(1, min(meta.num_rows, BATCH_BYTES * meta.num_rows // max(decoded, 1)))
-
-
-def _export_parts(parts: list[Part], summary: dict, request: Request, out: Path,
+def _export_parts(records: RunRecords, summary: dict, request: Request, out: Path,
                   progress: bool) -> tuple[Counts, list[str]]:
     """Export every part file into ``out``, with a progress stage; returns the total counts and the names written."""
     total, files = Counts(), []
-    prefix, text_field = run_annotation_prefix(summary["config"]), summary["config"]["input"]["text_field"]
+    prefix, text_field = records.prefix, summary["config"]["input"]["text_field"]
     with Reporter(progress).active(), progress_stage("export") as stage:
         stage.documents = summary.get("documents_in")
-        with progress_step(len(parts), "write parts", "file", progress) as bar:
-            for part in parts:
-                name = part.path.name.removesuffix(".parquet") + _suffix(request)
-                total.add(export_part(part, prefix, text_field, request, out / name))
+        with progress_step(len(records.files), "write parts", "file", progress) as bar:
+            for path in records.files:
+                part = plan_part(path, records.schema(path), prefix, text_field, request)
+                name = path.name.removesuffix(".parquet") + _suffix(request)
+                total.add(export_part(records, part, prefix, text_field, request, out / name))
                 files.append(name)
                 failpoint("export-part-written")
                 bar.update()
@@ -251,11 +234,12 @@ def _suffix(request: Request) -> str:
     return ".parquet" if request.fmt == "parquet" else JSONL_SUFFIXES[request.compression]
 
 
-def export_part(part: Part, prefix: str, text_field: str, request: Request, path: Path) -> Counts:
+def export_part(records: RunRecords, part: Part, prefix: str, text_field: str, request: Request,
+                path: Path) -> Counts:
     """One part file's kept documents into the file ``path``, a record batch at a time; returns its counts."""
     counts = Counts()
     with _PartWriter(path, part.schema, request) as write:
-        for batch in iter_run_table(part.path, list(part.read), part.batch_rows):
+        for batch in records.batches(part.path, list(part.read), BATCH_BYTES):
             table, batch_counts = clean_batch(batch, part, prefix, text_field, request)
             write(table)
             counts.add(batch_counts)

@@ -22,13 +22,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ..stages.annotate import alias_table, annotate, stage_canonicals
 from ..engine.backend import select
@@ -913,14 +916,29 @@ def ingest_run(run_dir: str | os.PathLike, state_dir: str | os.PathLike, sink=No
     """Seed a state (and a sink) from a finished run: its annotated records are ingested as one batch with
     the run's config, reusing its embeddings. The hash-based groups are the run's; the semantic stage
     searches exhaustively where the run searched within k-means clusters."""
-    from ..io.writer import read_run_json, require_complete, require_texts
+    from ..io.writer import read_run_json, require_complete
     run = require_complete(run_dir, "ingest --from-run")  # a run that failed or is being written: refused
     summary = read_run_json(run / "summary.json")
-    require_texts(run, summary["config"], "ingest --from-run")
     cfg = load_config(None, overrides, base=load_config(None, flatten(summary["config"])))
     # how to read the run's records; later batches are read with the run's own input settings
     batch_only = {"input.id_field": run_annotation_prefix(summary["config"]) + "doc_id",
                   "input.on_duplicate_id": "error"}
     if (run / "embeddings").is_dir():
         batch_only["semantic.reuse_embeddings"] = str(run)
-    return ingest([str(run / "annotations")], state_dir, config=cfg, sink=sink, batch_only=batch_only)
+    with _records_with_texts(run, summary["config"]) as records:
+        return ingest([records], state_dir, config=cfg, sink=sink, batch_only=batch_only)
+
+
+@contextmanager
+def _records_with_texts(run: Path, summary_config: dict):
+    """The folder of the run's part files with the input's columns: its own, or for a run that wrote
+    annotations only, a temporary folder of them read back from the inputs a partition at a time."""
+    from ..io.readback import RunRecords
+    records = RunRecords(run, summary_config, "ingest --from-run")
+    if not records.read_back:
+        yield str(run / "annotations")
+        return
+    with tempfile.TemporaryDirectory(prefix="gpucurate-readback-") as tmp:
+        for f in records.files:
+            pq.write_table(records.table(f), Path(tmp) / f.name)
+        yield tmp

@@ -32,8 +32,9 @@ from ..engine.backend import select
 from ..engine.shuffle import owner_of
 from ..config import Config, flatten, load_config
 from ..errors import ConfigError, OutputError
-from ..io.writer import (ANNOTATIONS_DIR, MARKER, StagedOutput, read_run_json, read_run_metadata, read_run_table,
-                         require_complete, write_batches, write_json, write_table)
+from ..io.readback import RunRecords
+from ..io.writer import (ANNOTATIONS_DIR, MARKER, StagedOutput, read_run_json, read_run_table, require_complete,
+                         write_batches, write_json, write_table)
 from ..kernels.hashing import padded_words
 from .runindex import RUN_INDEX, RunIndex, load_run_index
 from ..kernels.pairs import index_of, pack_pairs
@@ -293,16 +294,15 @@ def _annotation_files(run: Path, part_offsets: np.ndarray) -> list[Path]:
 
 
 def _read_texts(run: Path, part_offsets: np.ndarray, text_field: str, rows: np.ndarray) -> pa.Array:
-    """Original texts of the sorted table ``rows``, read from the annotated records."""
+    """Original texts of the sorted table ``rows``, read from the annotated records (back from the inputs
+    when the run wrote annotations only)."""
     files = _annotation_files(run, part_offsets)
+    records = RunRecords(run, read_run_json(run / "summary.json")["config"], "rethreshold")
     out = []
     part_of = owner_of(part_offsets, rows)
     for p in np.unique(part_of):
         local = rows[part_of == p] - part_offsets[p]
-        if text_field not in read_run_metadata(files[p]).schema.names:
-            raise ConfigError(f"{run}: the new threshold needs the texts of pairs that were not scored, and the run "
-                              "wrote annotations only (output.columns=annotations); run it with output.columns=all")
-        column = read_run_table(files[p], columns=[text_field]).column(text_field)
+        column = records.table(files[p], [text_field]).column(text_field)
         out.append(column.take(pa.array(local)).combine_chunks().cast(pa.large_string()))
     return pa.concat_arrays(out) if out else pa.array([], pa.large_string())
 
