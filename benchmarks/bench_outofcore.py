@@ -51,30 +51,69 @@ from common import print_table, reuters_bodies, stop_processes, time_command, wr
 
 
 
+SHAPES = ("contiguous", "scattered", "templated")
+
+
 def write_corpus(path: Path, factor: int, group: int = 10, edit: float = 0.02, source_edit: float = 0.3,
-                 seed: int = 0) -> dict:
-    """``factor`` x the Reuters bodies as JSON Lines: groups of ``group`` near-copies of distinct
-    pseudo-sources. Returns {"documents", "text_bytes"}."""
+                 seed: int = 0, shape: str = "contiguous") -> dict:
+    """``factor`` x the Reuters bodies as JSON Lines, in one of ``SHAPES``. Returns {"documents", "text_bytes"}.
+
+    * ``contiguous``: groups of ``group`` near-copies (``edit`` of the words replaced) of distinct
+      pseudo-sources (``source_edit`` of a body's words replaced by the group's), each group's copies next to
+      each other;
+    * ``scattered``: the same number of groups, the first round of sources the Reuters bodies themselves
+      (their own templated near-duplicates cluster across bodies), each further round with half of every
+      body's words redrawn; written copy-major, so a source's copies are a corpus' length apart, as a crawl's
+      copies of a page come from different dumps;
+    * ``templated``: ``factor`` near-copies of every Reuters body, copy-major: Reuters' templated clusters
+      (earnings reports and the like) times ``factor``, the pair-heavy case."""
     texts, _ = reuters_bodies()
     words = [t.split() for t in texts]
-    rng = np.random.default_rng(seed)
-    n_groups = factor * len(texts) // group
+    if shape == "contiguous":
+        rng = np.random.default_rng(seed)
+        n_groups = factor * len(texts) // group
+        docs = text_bytes = 0
+        with open(path, "w", encoding="utf-8") as fh:
+            for g in range(n_groups):
+                base = list(words[g % len(words)])
+                for i in rng.choice(len(base), max(1, int(source_edit * len(base))), replace=False):
+                    base[i] = f"s{g}x{rng.integers(1 << 20)}"
+                for c in range(group):
+                    text = _copy(base, edit, rng, "e")
+                    fh.write(json.dumps({"id": f"{g}-{c}", "text": text}) + "\n")
+                    docs += 1
+                    text_bytes += len(text.encode())
+        return {"documents": docs, "text_bytes": text_bytes}
+    if shape not in SHAPES:
+        raise ValueError(f"shape must be one of {SHAPES}")
+    copies = factor if shape == "templated" else group
+    n_groups = len(texts) if shape == "templated" else factor * len(texts) // group
+
+    def source(g: int) -> list:  # made again for each copy: memory does not grow with the corpus
+        base = list(words[g % len(words)])
+        if g >= len(words):
+            rng = np.random.default_rng((seed, g))
+            for i in rng.choice(len(base), len(base) // 2, replace=False):
+                base[i] = f"s{g}x{rng.integers(1 << 20)}"
+        return base
     docs = text_bytes = 0
     with open(path, "w", encoding="utf-8") as fh:
-        for g in range(n_groups):
-            base = list(words[g % len(words)])
-            for i in rng.choice(len(base), max(1, int(source_edit * len(base))), replace=False):
-                base[i] = f"s{g}x{rng.integers(1 << 20)}"
-            n_edit = max(1, int(round(edit * len(base))))
-            for c in range(group):
-                copy = list(base)
-                for i in rng.choice(len(copy), n_edit, replace=False):
-                    copy[i] = f"e{rng.integers(1 << 30)}"
-                text = " ".join(copy)
+        for c in range(copies):
+            rng = np.random.default_rng((seed, c, n_groups))
+            for g in range(n_groups):
+                text = _copy(source(g), edit, rng, f"e{c}x")
                 fh.write(json.dumps({"id": f"{g}-{c}", "text": text}) + "\n")
                 docs += 1
                 text_bytes += len(text.encode())
     return {"documents": docs, "text_bytes": text_bytes}
+
+
+def _copy(base: list, edit: float, rng, tag: str) -> str:
+    """``base`` with ``edit`` of its words (at least one) replaced by random tokens, as one text."""
+    copy = list(base)
+    for i in rng.choice(len(copy), max(1, int(round(edit * len(copy)))), replace=False):
+        copy[i] = f"{tag}{rng.integers(1 << 30)}"
+    return " ".join(copy)
 
 
 def run_cli(src: Path, out: Path, limit: str | None, scheduler: str | None = None, check: bool = True) -> dict:

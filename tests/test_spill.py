@@ -287,3 +287,47 @@ def test_components_by_exchanges_equal_the_union_find(tmp_path, n_parts, monkeyp
                 got[nodes] = labels
             assert set(np.concatenate([p[0] for p in pieces])) == set(i[above]) | set(j[above])
             assert np.array_equal(got, mins)
+
+
+@pytest.mark.parametrize("task_bytes", [1, 40_000, 10**9])
+def test_verification_blocks_score_every_pair_whatever_their_size(task_bytes):
+    """``KeptSets`` scores each partition's distinct pairs against the kept sets, a block of partitions per
+    task (one partition, a few, all), streaming the other partitions' sets through, every set on disk (a
+    1-byte budget): the scores of one CSR of all the sets, each partition's frame sorted by ``(i, j)``."""
+    from types import SimpleNamespace
+    from gpucurate.engine.executor import Executor
+    from gpucurate.engine.tasks import value
+    from gpucurate.kernels.pairs import jaccard_between, jaccard_pairs
+    from gpucurate.stages.fuzzy_exchange import KeptSets, verify_blocks
+    rng = np.random.default_rng(7)
+    offsets = np.array([0, 40, 41, 120, 200, 260], np.int64)  # partition 1 holds one row
+    n = int(offsets[-1])
+    lengths = rng.integers(0, 30, n)
+    csr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    values = np.concatenate([np.sort(rng.choice(60, k, replace=False)) for k in lengths]).astype(np.uint64)
+    pi, pj = rng.integers(0, n, 3000), rng.integers(0, n, 3000)
+    keep = pi != pj
+    pi, pj = pi[keep], pj[keep]
+    with Executor(workers=2, progress=False, memory_limit=1) as executor:
+        executor.task_bytes = task_bytes
+        sets, nbytes = [], []
+        for p in range(len(offsets) - 1):
+            rows = np.arange(offsets[p], offsets[p + 1])
+            part = {"rows": rows, "offsets": csr[rows[0]:rows[-1] + 2] - csr[rows[0]],
+                    "values": values[csr[rows[0]]:csr[rows[-1] + 1]]}
+            sets.append(executor.store.keep(part))
+            nbytes.append(sum(a.nbytes for a in part.values()))
+        owner = np.searchsorted(offsets, pi, side="right") - 1
+        frames = [value(pd.DataFrame({"i": pi[owner == q], "j": pj[owner == q]})) for q in range(len(offsets) - 1)]
+        table = SimpleNamespace(part_offsets=offsets)
+        got = executor.compute(KeptSets(sets, nbytes, jaccard_between).scored(table, executor, frames), "test")
+        assert executor.store.spilled_bytes > 0
+        blocks = verify_blocks(nbytes, task_bytes // 2)
+    fewest, most = {1: (5, 5), 40_000: (2, 4), 10**9: (1, 1)}[task_bytes]  # partitions of one, a few, all
+    assert fewest <= len(blocks) <= most
+    assert [b for block in blocks for b in range(*block)] == list(range(5))
+    for q, frame in enumerate(got):
+        distinct = np.unique((pi[owner == q].astype(np.uint64) << np.uint64(32)) | pj[owner == q].astype(np.uint64))
+        i, j = (distinct >> np.uint64(32)).astype(np.int64), (distinct & np.uint64(0xFFFFFFFF)).astype(np.int64)
+        assert np.array_equal(frame["i"].to_numpy(), i) and np.array_equal(frame["j"].to_numpy(), j)
+        assert np.array_equal(frame["score"].to_numpy(), jaccard_pairs(csr, values, i, j))

@@ -78,6 +78,8 @@ class Executor:
         self.cluster = None
         self.memory_limit = memory_limit or machine_memory() // 4
         reserved = min(self.memory_limit // 2, self.workers * WORKING_BYTES_PER_INPUT_BYTE * partition_bytes)
+        #: what one running task may hold of its own (a thread's share of what is set aside)
+        self.task_bytes = reserved // self.workers
         self.store = SpillStore(self.memory_limit - reserved, spill_dir)
         if gpus and not scheduler:
             scheduler = self._start_cuda_cluster()

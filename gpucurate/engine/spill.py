@@ -274,6 +274,22 @@ class SpillStore:
             self.folder = None
 
 
+class Loader:
+    """A kept value handed to a task unloaded: ``loader()`` loads it (from memory or disk, as ``keep``'s task
+    would). A task streams through values with these, one in memory at a time, where its arguments would all
+    be loaded before it starts. Not a ``Task``: the graph passes it on as it is."""
+
+    __slots__ = ("_task",)
+
+    def __init__(self, task: Task):
+        if not (task.args and isinstance(task.args[0], _Kept)):
+            raise TypeError("a Loader takes a task that SpillStore.keep made")
+        self._task = task
+
+    def __call__(self):
+        return self._task.fn(*self._task.args)
+
+
 def _freeze(value) -> None:
     """Make the NumPy arrays of a value read from disk read-only: a task that changed one in place would
     otherwise lose the change when the value is dropped again (it fails instead)."""

@@ -328,13 +328,20 @@ def _table_size(count):
 
 @njit(nogil=True, cache=True, aot=("i8[:], u8[:], i8[:], i8[:]",))
 def jaccard_pairs(offsets, values, pi, pj):
-    """Exact Jaccard ``|A & B| / |A | B|`` of each pair; float64[p]. Pairs sorted by ``pi`` reuse the
-    hash table built for ``A``. Empty sets give 0."""
+    """Exact Jaccard ``|A & B| / |A | B|`` of each pair of sets of one CSR ``(offsets, values)``; float64[p].
+    Pairs sorted by ``pi`` reuse the hash table built for ``A``. Empty sets give 0."""
+    return jaccard_between(offsets, values, offsets, values, pi, pj)
+
+
+@njit(nogil=True, cache=True, aot=("i8[:], u8[:], i8[:], u8[:], i8[:], i8[:]",))
+def jaccard_between(a_offsets, a_values, b_offsets, b_values, pi, pj):
+    """``jaccard_pairs`` of sets ``pi`` of the CSR ``(a_offsets, a_values)`` and sets ``pj`` of the CSR
+    ``(b_offsets, b_values)``: two partitions' sets scored where they are, without one CSR of both."""
     p = pi.shape[0]
     out = np.zeros(p, dtype=np.float64)
     max_count = 1
-    for d in range(offsets.shape[0] - 1):
-        max_count = max(max_count, offsets[d + 1] - offsets[d])
+    for t in range(p):
+        max_count = max(max_count, a_offsets[pi[t] + 1] - a_offsets[pi[t]])
     size = _table_size(max_count)
     # open addressing; a slot belongs to the current A when its stamp is A's, so no clearing between A's
     table = np.empty(size, dtype=np.uint64)
@@ -346,9 +353,9 @@ def jaccard_pairs(offsets, values, pi, pj):
         a = pi[t]
         if a != current:
             current = a
-            mask = U64(_table_size(offsets[a + 1] - offsets[a]) - 1)
-            for r in range(offsets[a], offsets[a + 1]):
-                x = values[r]
+            mask = U64(_table_size(a_offsets[a + 1] - a_offsets[a]) - 1)
+            for r in range(a_offsets[a], a_offsets[a + 1]):
+                x = a_values[r]
                 slot = np.int64(x & mask)
                 while stamp[slot] == t + 1:
                     slot = (slot + 1) & mask
@@ -357,15 +364,15 @@ def jaccard_pairs(offsets, values, pi, pj):
             owner = t + 1
         b = pj[t]
         inter = 0
-        for r in range(offsets[b], offsets[b + 1]):
-            x = values[r]
+        for r in range(b_offsets[b], b_offsets[b + 1]):
+            x = b_values[r]
             slot = np.int64(x & mask)
             while stamp[slot] == owner:
                 if table[slot] == x:
                     inter += 1
                     break
                 slot = (slot + 1) & mask
-        union = (offsets[a + 1] - offsets[a]) + (offsets[b + 1] - offsets[b]) - inter
+        union = (a_offsets[a + 1] - a_offsets[a]) + (b_offsets[b + 1] - b_offsets[b]) - inter
         out[t] = inter / union if union > 0 else 0.0
     return out
 

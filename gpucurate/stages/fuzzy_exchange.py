@@ -1,15 +1,19 @@
 """The fuzzy stage's LSH and verification as the engine's bucketed exchanges, for a run on local threads whose
 shingle sets would not fit its memory budget (``run.memory_limit``): no step holds the corpus' sketches.
 
-1. each partition's participants are sketched once; its band keys and shingle sets are kept where the
-   engine keeps a partition's state (``Executor.persist_tasks``: in memory within the budget, else on disk);
+1. each partition's participants are sketched once; its band keys and its shingle sets are kept apart where
+   the engine keeps a partition's state (``Executor.persist_tasks``: in memory within the budget, else on
+   disk, written once);
 2. the band entries ``(key, row)`` go to bucket ``key % P``; each bucket sorts its entries by
    ``(key, row)`` and emits its pairs by ``pairs.bucket_pairs``' rule, packed ``i << 32 | j``, to the
-   partition of ``j``;
-3. there the repeats are dropped and ``j``'s set is sent once to each partition holding an ``i`` of its
-   pairs, with those pairs;
-4. there each pair is scored against ``i``'s set (exact Jaccard), one frame ``(i, j, score)`` a partition;
-5. the components, canonicals and members' similarities follow by exchanges too
+   partition of ``i``;
+3. a task per block of consecutive partitions (as many as half of what a task may hold:
+   ``Executor.task_bytes``) drops the repeats and scores its pairs (exact Jaccard) against its own sets and
+   those of each partition holding a ``j``, loaded once and let go (``spill.Loader``): no set is copied
+   into an exchange, so nothing but the sets themselves is ever written to disk (a crawl's scattered
+   copies sent a set to every partition of its copies: 2.25 GB written at x40, 0.4 GB/s here); one frame
+   ``(i, j, score)`` a partition;
+4. the components, canonicals and members' similarities follow by exchanges too
    (``components.exchange_components``, ``FuzzyDedup._canonicals``): nothing per document comes to the driver.
 
 The pieces between the steps are kept by the engine too (``engine.shuffle.exchange``), so past the budget
@@ -25,8 +29,8 @@ import pandas as pd
 from ..engine.executor import Executor
 from ..engine.partitions import Partitions
 from ..engine.shuffle import by_bucket, exchange, owner_of
+from ..engine.spill import Loader, nbytes_of
 from ..engine.tasks import delayed
-from ..kernels.pairs import take_sets
 from .fuzzy_dask import SCORED_META
 from .sketches import FuzzyParams, signature_partition
 
@@ -34,76 +38,90 @@ _LOW = np.uint64(0xFFFFFFFF)
 _SHIFT = np.uint64(32)
 
 
-def _sketch(part: pd.DataFrame, mask, first_row: int, params: FuzzyParams, backend) -> dict:
-    """The partition's participants: ``rows`` (table rows, ascending), band ``keys`` uint64[m, bands] and
-    their shingle sets as CSR ``offsets`` int64[m + 1], ``values`` uint64."""
+def _sketch(part: pd.DataFrame, mask, first_row: int, params: FuzzyParams, backend) -> tuple[dict, dict]:
+    """The partition's participants (``rows``: table rows, ascending), as two values kept apart: the band
+    entries' inputs ``{"rows", "keys"}`` (uint64[m', bands], only the participants with shingles: an empty set
+    shares no bucket, as on the driver path), and the shingle sets ``{"rows", "offsets", "values"}`` (CSR,
+    int64[m + 1] and uint64), which the verification loads again and again without the keys."""
     mask = np.asarray(mask, bool)
     keys, offsets, values, _ = signature_partition(part, mask, params, backend)
-    return {"rows": first_row + np.flatnonzero(mask).astype(np.int64), "keys": keys, "offsets": offsets,
-            "values": values}
+    rows = first_row + np.flatnonzero(mask).astype(np.int64)
+    has = np.diff(offsets) > 0
+    return {"rows": rows[has], "keys": keys[has]}, {"rows": rows, "offsets": offsets, "values": values}
 
 
-def _band_split(sk: dict, n_buckets: int) -> tuple:
-    """The band entries ``(key, row)`` of the participants with shingles (an empty set shares no bucket,
-    as on the driver path), one piece per bucket ``key % n_buckets``."""
-    has = np.diff(sk["offsets"]) > 0
-    keys = sk["keys"][has]
-    flat = keys.reshape(-1)
-    rows = np.repeat(sk["rows"][has], keys.shape[1])
+def _band_split(bands: dict, n_buckets: int) -> tuple:
+    """The band entries ``(key, row)``, one piece per bucket ``key % n_buckets``."""
+    flat = bands["keys"].reshape(-1)
+    rows = np.repeat(bands["rows"], bands["keys"].shape[1])
     return by_bucket((flat % np.uint64(n_buckets)).astype(np.int64), n_buckets, flat, rows)
 
 
 def _bucket_pairs(pieces: list, n_parts: int, max_bucket: int, anchors: int, part_offsets: np.ndarray,
                   bucket_pairs) -> tuple:
-    """One bucket's candidate pairs, packed ``i << 32 | j``, one piece per partition of ``j`` (which drops
-    the repeats: a pair found under several keys)."""
+    """One bucket's candidate pairs, packed ``i << 32 | j``, one piece per partition of ``i``."""
     keys = np.concatenate([p[0] for p in pieces]) if pieces else np.empty(0, np.uint64)
     rows = np.concatenate([p[1] for p in pieces]) if pieces else np.empty(0, np.int64)
     # rows ascend already (each piece in row order, the pieces in partition order): a stable sort by key
     order = np.argsort(keys, kind="stable")
     packed = bucket_pairs(keys[order], rows[order], max_bucket, anchors) if len(keys) else np.empty(0, np.uint64)
-    return by_bucket(owner_of(part_offsets, (packed & _LOW).astype(np.int64)), n_parts, packed)
+    return by_bucket(owner_of(part_offsets, (packed >> _SHIFT).astype(np.int64)), n_parts, packed)
 
 
-def _pairs_split(pairs: pd.DataFrame, n_parts: int, part_offsets: np.ndarray) -> tuple:
-    """Given pairs of table rows ``(i, j)``, packed, one piece per partition of ``j``."""
-    i, j = pairs["i"].to_numpy(np.int64), pairs["j"].to_numpy(np.int64)
-    packed = (i.astype(np.uint64) << _SHIFT) | j.astype(np.uint64)
-    return by_bucket(owner_of(part_offsets, j), n_parts, packed)
+def _packed(pairs: pd.DataFrame) -> tuple:
+    """Pairs of table rows ``(i, j)`` as an exchange's piece: ``(i << 32 | j,)``."""
+    i, j = pairs["i"].to_numpy(np.int64).astype(np.uint64), pairs["j"].to_numpy(np.int64).astype(np.uint64)
+    return ((i << _SHIFT) | j,)
 
 
-def _send_sets(pieces: list, sk: dict, n_parts: int, part_offsets: np.ndarray) -> list:
-    """At the partition of ``j``: its distinct pairs, and the set of each ``j`` once per partition of the
-    ``i``'s it pairs with; one piece ``(i, j, sent_j, set lengths, set values)`` per partition of ``i``."""
-    packed = np.unique(np.concatenate([p[0] for p in pieces])) if pieces else np.empty(0, np.uint64)
-    i, j = (packed >> _SHIFT).astype(np.int64), (packed & _LOW).astype(np.int64)
-    dest = owner_of(part_offsets, i)
-    sent = np.unique((dest.astype(np.uint64) << _SHIFT) | j.astype(np.uint64))  # (dest, j) once, in order
-    sent_dest, sent_j = (sent >> _SHIFT).astype(np.int64), (sent & _LOW).astype(np.int64)
-    idx = np.searchsorted(sk["rows"], sent_j)
-    lengths = sk["offsets"][idx + 1] - sk["offsets"][idx]
-    values = take_sets(sk["offsets"], sk["values"], idx)
-    # ``sent`` ascends by destination: each destination's sets are one slice (copied: a kept piece is
-    # counted, and spilled, on its own)
-    cut = np.searchsorted(sent_dest, np.arange(n_parts + 1))
-    value_cut = np.concatenate(([0], np.cumsum(lengths)))[cut]
-    pairs = by_bucket(dest, n_parts, i, j)
-    return [(*pairs[q], sent_j[cut[q]:cut[q + 1]], lengths[cut[q]:cut[q + 1]],
-             values[value_cut[q]:value_cut[q + 1]].copy()) for q in range(n_parts)]
+def _verify_block(pieces: list, own: list, loaders: list, part_offsets: np.ndarray, first: int,
+                  jaccard_between) -> tuple:
+    """The exact Jaccard of the distinct pairs whose ``i`` is in partitions ``first .. first + k - 1`` (``pieces[r]``:
+    partition ``first + r``'s pieces of packed pairs; ``own[r]``: its sets); one frame ``(i, j, score)`` sorted by
+    ``(i, j)`` per partition (pieces are ``(packed,)``, as ``by_bucket`` makes them). The sets of each other partition that holds a ``j`` are loaded once (``loaders``:
+    ``spill.Loader`` per partition), the pairs they meet scored and let go: the block holds its own sets and one
+    other partition's at a time."""
+    k = len(own)
+    out = []
+    for r in range(k):
+        packed = np.unique(np.concatenate([p[0] for p in pieces[r]])) if pieces[r] else np.empty(0, np.uint64)
+        out.append(((packed >> _SHIFT).astype(np.int64), (packed & _LOW).astype(np.int64)))
+    i = np.concatenate([o[0] for o in out])
+    j = np.concatenate([o[1] for o in out])
+    scores = np.zeros(len(i), np.float64)
+    owner_i = np.repeat(np.arange(k), [len(o[0]) for o in out])
+    owner_j = owner_of(part_offsets, j)
+    # the pairs in blocks of (partition of j, partition of i), each in (i, j) order
+    order = np.lexsort((owner_i, owner_j))
+    cuts = np.searchsorted(owner_j[order], np.arange(len(part_offsets)))
+    for p in range(len(part_offsets) - 1):
+        at = order[cuts[p]:cuts[p + 1]]
+        if not len(at):
+            continue
+        other = own[p - first] if first <= p < first + k else loaders[p]()
+        b = np.searchsorted(other["rows"], j[at])
+        for r in np.unique(owner_i[at]):
+            sel = at[owner_i[at] == r]
+            scores[sel] = jaccard_between(own[r]["offsets"], own[r]["values"], other["offsets"], other["values"],
+                                          np.searchsorted(own[r]["rows"], i[sel]), b[owner_i[at] == r])
+        del other
+    bounds = np.cumsum([0] + [len(o[0]) for o in out])
+    return tuple(pd.DataFrame({"i": i[bounds[r]:bounds[r + 1]], "j": j[bounds[r]:bounds[r + 1]],
+                               "score": scores[bounds[r]:bounds[r + 1]]}) for r in range(k))
 
 
-def _verify(pieces: list, sk: dict, jaccard_pairs) -> pd.DataFrame:
-    """The exact Jaccard of the pairs whose ``i`` is in this partition (``j``'s sets received), a frame
-    ``(i, j, score)`` sorted by ``(i, j)``."""
-    i, j, sent_j, lengths = (np.concatenate([p[k] for p in pieces]) for k in range(4))
-    own = len(sk["rows"])
-    # one CSR: this partition's sets, then the received ones (sent_j ascending: the pieces in row order)
-    offsets = np.concatenate([sk["offsets"], sk["offsets"][-1] + np.cumsum(lengths)]).astype(np.int64)
-    scores = jaccard_pairs(offsets, np.concatenate([sk["values"]] + [p[4] for p in pieces]),
-                           np.searchsorted(sk["rows"], i).astype(np.int64),
-                           (own + np.searchsorted(sent_j, j)).astype(np.int64))
-    order = np.lexsort((j, i))
-    return pd.DataFrame({"i": i[order], "j": j[order], "score": scores[order]})
+def verify_blocks(nbytes: list, block_bytes: int) -> list[tuple[int, int]]:
+    """Runs ``(first, stop)`` of consecutive partitions whose sets (``nbytes`` each) hold at most ``block_bytes``
+    together (at least one partition each): one verification task each."""
+    blocks, first, held = [], 0, 0
+    for p, size in enumerate(nbytes):
+        if p > first and held + size > block_bytes:
+            blocks.append((first, p))
+            first, held = p, 0
+        held += size
+    if len(nbytes):
+        blocks.append((first, len(nbytes)))
+    return blocks
 
 
 def estimated_sketch_bytes(text_bytes: int, shingle: str) -> int:
@@ -113,27 +131,29 @@ def estimated_sketch_bytes(text_bytes: int, shingle: str) -> int:
 
 
 class KeptSets:
-    """Scores of given pairs of table rows against the kept sketches' sets (the counterpart of
-    ``fuzzy_dask.HostSets`` for ``FuzzyDedup._canonicals``)."""
+    """Scores of given pairs of table rows against the kept shingle sets of each partition (the counterpart of
+    ``fuzzy_dask.HostSets`` for ``FuzzyDedup._canonicals``); ``nbytes[p]``: what partition ``p``'s hold."""
 
-    def __init__(self, sketches: list, jaccard_pairs):
-        self.sketches, self.jaccard_pairs = sketches, jaccard_pairs
+    def __init__(self, sets: list, nbytes: list, jaccard_between):
+        self.sets, self.nbytes, self.jaccard_between = sets, nbytes, jaccard_between
 
     def scored(self, table, executor: Executor, pairs: list, desc: str = "fuzzy: similarity to canonicals") -> list:
-        """Per partition ``q``, a kept frame ``(i, j, score)`` of the pairs in ``pairs[q]`` (a (delayed) frame
-        ``(i, j)`` of table rows whose ``i`` are in partition ``q``), sorted by ``(i, j)``."""
-        to_owner = exchange(executor, _pairs_split, [(f,) for f in pairs], table.npartitions, table.part_offsets,
-                            desc=f"{desc}: pairs to their sets")
-        return self.scored_packed(table, executor, to_owner, desc)
+        """Per partition ``q``, a kept frame ``(i, j, score)`` of the distinct pairs in ``pairs[q]`` (a (delayed)
+        frame ``(i, j)`` of table rows whose ``i`` are in partition ``q``), sorted by ``(i, j)``."""
+        return self.scored_packed(table, executor, [[delayed(_packed)(f)] for f in pairs], desc)
 
-    def scored_packed(self, table, executor: Executor, to_owner: list, desc: str, measure=None):
-        """``scored`` of the packed pairs ``i << 32 | j`` in ``to_owner`` (per partition of ``j``, its
-        pieces); with ``measure``, ``(scored, measure of each frame)`` (``Executor.persist_tasks``)."""
-        n_parts, offs = table.npartitions, table.part_offsets
-        to_verifier = exchange(executor, _send_sets, [(to_owner[q], self.sketches[q]) for q in range(n_parts)],
-                               n_parts, offs, desc=f"{desc}: send sets")
-        return executor.persist_tasks([delayed(_verify)(to_verifier[r], self.sketches[r], self.jaccard_pairs)
-                                       for r in range(n_parts)], desc, measure)
+    def scored_packed(self, table, executor: Executor, by_i: list, desc: str, measure=None):
+        """``scored`` of the packed pairs ``i << 32 | j`` in ``by_i`` (per partition of ``i``, its pieces); with
+        ``measure``, ``(scored, measure of each frame)`` (``Executor.persist_tasks``). A task verifies a block
+        of partitions whose sets fit in half of what a task may hold (``Executor.task_bytes``), streaming the
+        other partitions' sets through."""
+        loaders = [Loader(s) for s in self.sets]
+        tasks = []
+        for first, stop in verify_blocks(self.nbytes, executor.task_bytes // 2):
+            block = delayed(_verify_block, nout=stop - first)(by_i[first:stop], self.sets[first:stop], loaders,
+                                                              table.part_offsets, first, self.jaccard_between)
+            tasks += list(block)
+        return executor.persist_tasks(tasks, desc, measure)
 
 
 def exchange_candidates(ddf, table, participants: list, params: FuzzyParams, backend, cfg, executor: Executor):
@@ -141,13 +161,16 @@ def exchange_candidates(ddf, table, participants: list, params: FuzzyParams, bac
     ``(scored, n_pairs, sets)`` like ``fuzzy_dask.distributed_candidates``, ``scored`` a ``Partitions`` of
     frames ``(i, j, score)`` by partition of ``i``, ``sets`` the ``KeptSets`` that scores other pairs."""
     n_parts, offs = table.npartitions, table.part_offsets
-    sketches = executor.persist_tasks([delayed(_sketch)(part, participants[p], int(offs[p]), params, backend)
-                                       for p, part in enumerate(ddf.to_delayed())], "fuzzy: minhash")
-    bands = exchange(executor, _band_split, [(s,) for s in sketches], n_parts, desc="fuzzy: band entries")
-    to_owner = exchange(executor, _bucket_pairs, [(b,) for b in bands], n_parts, cfg.max_bucket_size,
-                        cfg.bucket_anchors, offs, backend.pairs.bucket_pairs, desc="fuzzy: candidate pairs")
+    made = [delayed(_sketch, nout=2)(part, participants[p], int(offs[p]), params, backend)
+            for p, part in enumerate(ddf.to_delayed())]
+    # a partition's two values next to each other: the graph's order takes both before the next sketch
+    kept, nbytes = executor.persist_tasks([m[k] for m in made for k in (0, 1)], "fuzzy: minhash", measure=nbytes_of)
+    bands = exchange(executor, _band_split, [(b,) for b in kept[0::2]], n_parts, desc="fuzzy: band entries")
+    by_i = exchange(executor, _bucket_pairs, [(b,) for b in bands], n_parts, cfg.max_bucket_size,
+                    cfg.bucket_anchors, offs, backend.pairs.bucket_pairs, desc="fuzzy: candidate pairs")
     del bands  # their pieces go as soon as their bucket task has run
-    sets = KeptSets(sketches, backend.pairs.jaccard_pairs)
-    scored, lengths = sets.scored_packed(table, executor, to_owner, "fuzzy: verify", measure=len)
+    sets = KeptSets(kept[1::2], nbytes[1::2], backend.pairs.jaccard_between)
+    del kept  # the band keys go with it
+    scored, lengths = sets.scored_packed(table, executor, by_i, "fuzzy: verify", measure=len)
     n_pairs = int(sum(lengths))
     return Partitions(scored, SCORED_META), n_pairs, sets
