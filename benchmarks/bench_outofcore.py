@@ -13,6 +13,12 @@ edges and run index are byte-identical to the default-budget run of the same cor
 
     python benchmarks/bench_outofcore.py --factors 10 40 --limits default 1GB
     python benchmarks/bench_outofcore.py --factors 10 --limits default 200MB --out /tmp/ooc.json
+    python benchmarks/bench_outofcore.py --shape scattered templated --factors 10 40 --limits default 1GB
+
+``--shape`` (``write_corpus``): ``contiguous`` (the groups above, each group's copies next to each other),
+``scattered`` (the copies of a source a corpus' length apart, the first round of sources Reuters' own
+bodies, whose templated near-duplicates cluster across bodies) and ``templated`` (``--factors`` copies of
+every body, scattered: the pair-heavy case).
 
 ``--cluster 2GB`` also runs each corpus on the command-line cluster: ``dask scheduler`` + two one-thread
 ``dask worker`` processes with that ``--memory-limit``, the CLI with ``--set run.scheduler=...`` and the
@@ -184,6 +190,8 @@ def main(argv=None) -> int:
     p.add_argument("--limits", nargs="+", default=["default", "1GB"], help="run.memory_limit values; "
                                                                          "'default' leaves it unset")
     p.add_argument("--group", type=int, default=10, help="near copies a pseudo-source")
+    p.add_argument("--shape", choices=SHAPES, nargs="+", default=["contiguous"],
+                   help="where the near-copies are (write_corpus); templated: --factors copies of each body")
     p.add_argument("--work", default=None, help="folder for the corpora and outputs (default: a temporary one)")
     p.add_argument("--cluster", metavar="MEMORY", help="also run each corpus on a 2-worker command-line cluster "
                                                          "with this --memory-limit per worker (e.g. 2GB)")
@@ -197,9 +205,9 @@ def main(argv=None) -> int:
         # once, unmeasured: the first run after an install or an edit compiles the kernels it has not cached
         write_corpus(work / "warmup.jsonl", 1, args.group)
         run_cli(work / "warmup.jsonl", work / "out-warmup", None)
-        for factor in args.factors:
+        for shape, factor in [(s, f) for s in args.shape for f in args.factors]:
             src = work / f"x{factor}.jsonl"
-            corpus = write_corpus(src, factor, args.group)
+            corpus = write_corpus(src, factor, args.group, shape=shape) | {"shape": shape}
             reference = None
             runs = [(limit, None) for limit in args.limits] + ([("cluster", args.cluster)] if args.cluster else [])
             for limit, worker_memory in runs:
@@ -220,7 +228,7 @@ def main(argv=None) -> int:
                 reference = reference or _outputs(out)
                 if out.name != f"out-x{factor}-{args.limits[0]}":
                     shutil.rmtree(out, ignore_errors=True)
-    cols = ["corpus", "memory_limit", "documents", "text_mb", "seconds", "mb_s_per_core", "peak_rss_mib",
+    cols = ["corpus", "shape", "memory_limit", "documents", "text_mb", "seconds", "mb_s_per_core", "peak_rss_mib",
             "worker_peaks_mib", "rss_per_text", "spilled_mb", "fuzzy_duplicates", "same_output", "exit_code"]
     print_table(rows, cols, f"gpucurate run on {cores} cores: peak RSS against the memory budget (the driver's "
                             "on a cluster)")
@@ -250,7 +258,7 @@ def _row(factor: int, limit: str, corpus: dict, got: dict, workers: str, files: 
     failed = "exit_code" in got
     summary = got.get("summary") or {}
     memory = summary.get("memory") or {}
-    return {"corpus": f"x{factor}", "memory_limit": limit, "documents": corpus["documents"],
+    return {"corpus": f"x{factor}", "shape": corpus["shape"], "memory_limit": limit, "documents": corpus["documents"],
             "text_mb": round(mb, 1), "seconds": got["seconds"],
             "mb_s_per_core": None if failed else round(mb / got["seconds"] / cores, 2),
             "peak_rss_mib": got.get("peak_rss_mib"), "worker_peaks_mib": workers,
