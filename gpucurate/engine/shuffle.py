@@ -107,8 +107,8 @@ def _split_kept(store, split, item: tuple, n_buckets: int, args: tuple) -> list:
 def by_bucket(bucket: np.ndarray, n_buckets: int, *columns) -> tuple:
     """``n_buckets`` pieces of an ``exchange``'s split: piece ``b`` holds, for each of ``columns`` (arrays of
     one length), its rows whose ``bucket`` (int array) is ``b``, in their order."""
-    order = np.argsort(bucket, kind="stable")
-    cuts = np.searchsorted(bucket[order], np.arange(n_buckets + 1))
+    from ..kernels.pairs import bucket_order
+    order, cuts = bucket_order(np.asarray(bucket, np.int64), n_buckets)
     return tuple(tuple(c[order[cuts[b]:cuts[b + 1]]] for c in columns) for b in range(n_buckets))
 
 

@@ -302,6 +302,27 @@ def candidate_pairs(band_keys: np.ndarray, max_bucket: int, anchors: int,
     return (packed >> np.uint64(32)).astype(np.int64), (packed & np.uint64(0xFFFFFFFF)).astype(np.int64)
 
 
+@njit(nogil=True, cache=True, aot=("i8[:], i8",))
+def bucket_order(bucket, n_buckets):
+    """``(order int64[n], cuts int64[n_buckets + 1])``: the rows of each bucket (``bucket`` int64[n], values in
+    ``0..n_buckets-1``) in their order, bucket ``b``'s at ``order[cuts[b]:cuts[b + 1]]``: a stable argsort by
+    bucket in two passes (a counting sort), for an exchange's split."""
+    cuts = np.zeros(n_buckets + 1, dtype=np.int64)
+    for t in range(bucket.shape[0]):
+        if bucket[t] < 0 or bucket[t] >= n_buckets:
+            raise ValueError("a bucket out of range")
+        cuts[bucket[t] + 1] += 1
+    for b in range(n_buckets):
+        cuts[b + 1] += cuts[b]
+    at = cuts[:-1].copy()
+    order = np.empty(bucket.shape[0], dtype=np.int64)
+    for t in range(bucket.shape[0]):
+        b = bucket[t]
+        order[at[b]] = t
+        at[b] += 1
+    return order, cuts
+
+
 @njit(nogil=True, cache=True, aot=("i8[:], u8[:], i8[:]",))
 def take_sets(offsets, values, idx):
     """The values of the CSR sets ``idx`` (int64[k]) of ``(offsets int64[n + 1], values uint64)``, concatenated
