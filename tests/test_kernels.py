@@ -341,3 +341,24 @@ def test_sketches_of_the_read_pass_give_the_stage_its_participants_sketches(keep
     masks[1][np.flatnonzero(made[1].index < 0)[:1]] = True  # a row without a sketch: a bug, said so
     with pytest.raises(RuntimeError):
         gather_sketches(made, masks)
+
+
+def test_distinct_pairs_and_bucket_order_equal_numpy():
+    """``distinct_pairs`` (a counting sort by the first row) gives ``np.unique``'s sorted distinct pairs, and
+    ``bucket_order`` a stable argsort by bucket; values out of range are errors, not memory written astray."""
+    from gpucurate.kernels.pairs import bucket_order, distinct_pairs
+    rng = np.random.default_rng(3)
+    i = rng.integers(100, 150, 20_000).astype(np.uint64)
+    j = rng.integers(0, 1 << 31, 20_000).astype(np.uint64) % np.uint64(300)
+    packed = (i << np.uint64(32)) | j
+    packed = np.concatenate([packed, packed[::3]])  # repeats, as a pair found under several band keys
+    assert np.array_equal(distinct_pairs(packed, 100, 50), np.unique(packed))
+    assert distinct_pairs(packed[:0], 100, 50).shape == (0,)
+    with pytest.raises(ValueError):
+        distinct_pairs(packed, 101, 50)
+    bucket = rng.integers(0, 7, 5000)
+    order, cuts = bucket_order(bucket, 9)  # two buckets empty
+    assert np.array_equal(order, np.argsort(bucket, kind="stable"))
+    assert np.array_equal(cuts, np.searchsorted(np.sort(bucket), np.arange(10)))
+    with pytest.raises(ValueError):
+        bucket_order(bucket, 6)

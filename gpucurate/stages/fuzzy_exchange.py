@@ -31,6 +31,7 @@ from ..engine.partitions import Partitions
 from ..engine.shuffle import by_bucket, exchange, owner_of
 from ..engine.spill import Loader, nbytes_of
 from ..engine.tasks import delayed
+from ..kernels.pairs import distinct_pairs
 from .fuzzy_dask import SCORED_META
 from .sketches import FuzzyParams, signature_partition
 
@@ -84,7 +85,9 @@ def _verify_block(pieces: list, own: list, loaders: list, part_offsets: np.ndarr
     k = len(own)
     out = []
     for r in range(k):
-        packed = np.unique(np.concatenate([p[0] for p in pieces[r]])) if pieces[r] else np.empty(0, np.uint64)
+        first_row, n_rows = int(part_offsets[first + r]), int(part_offsets[first + r + 1] - part_offsets[first + r])
+        packed = distinct_pairs(np.concatenate([p[0] for p in pieces[r]]), first_row, n_rows) if pieces[r] \
+            else np.empty(0, np.uint64)
         out.append(((packed >> _SHIFT).astype(np.int64), (packed & _LOW).astype(np.int64)))
     i = np.concatenate([o[0] for o in out])
     j = np.concatenate([o[1] for o in out])
