@@ -331,3 +331,17 @@ def test_verification_blocks_score_every_pair_whatever_their_size(task_bytes):
         i, j = (distinct >> np.uint64(32)).astype(np.int64), (distinct & np.uint64(0xFFFFFFFF)).astype(np.int64)
         assert np.array_equal(frame["i"].to_numpy(), i) and np.array_equal(frame["j"].to_numpy(), j)
         assert np.array_equal(frame["score"].to_numpy(), jaccard_pairs(csr, values, i, j))
+
+
+def test_the_summary_gives_each_stage_s_peak_memory(tmp_path):
+    """``summary.json``'s ``memory.stages``: per stage, the peak of the kept values (counted) and of the
+    process's resident memory (sampled), against the budget."""
+    src = _corpus(tmp_path, n=600, seed=3)
+    summary = run([str(src)], tmp_path / "out", overrides={**QUIET, "run.memory_limit": "100kB",
+                                                          "input.partition_bytes": 5000})
+    memory = summary["memory"]
+    stages = memory["stages"]
+    assert {"plan", "read+normalize", "exact", "fuzzy", "annotate", "write"} <= set(stages)
+    assert max(s["peak_kept_bytes"] for s in stages.values()) == memory["peak_kept_bytes"] > 0
+    assert stages["plan"]["peak_kept_bytes"] == 0
+    assert all(s["peak_rss_bytes"] > 50 << 20 for s in stages.values())  # the interpreter and its libraries

@@ -30,6 +30,7 @@ import tempfile
 import threading
 import weakref
 from collections import OrderedDict
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -147,6 +148,7 @@ class SpillStore:
         self._count = 0
         self.memory_bytes = 0
         self.peak_bytes = 0
+        self.stage_peak_bytes = 0  # since ``StagePeaks`` last started a stage
         self.spilled_bytes = 0
         self.spills = 0
         self.loads = 0
@@ -192,6 +194,7 @@ class SpillStore:
         self._queue(kept.nbytes)[key] = weakref.ref(kept, functools.partial(self._gone, key, kept.nbytes))
         self.memory_bytes += kept.nbytes
         self.peak_bytes = max(self.peak_bytes, self.memory_bytes)
+        self.stage_peak_bytes = max(self.stage_peak_bytes, self.memory_bytes)
 
     def _victims(self, newest: _Kept) -> list:
         """The least recently used kept values to move to disk for ``memory_bytes`` to fit the budget (taken
@@ -288,6 +291,56 @@ class Loader:
 
     def __call__(self):
         return self._task.fn(*self._task.args)
+
+
+def _resident_bytes() -> int | None:
+    """This process's resident memory now (Linux ``/proc/self/statm``), None where it cannot be read."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class StagePeaks:
+    """Per stage of a run, the peak of what the ``store`` kept (counted) and of the process's resident memory
+    (sampled every ``interval`` seconds on a thread: short spikes can be missed): ``summary.json``'s
+    ``memory.stages``, against ``run.memory_limit``. The kernel's own peak (VmHWM) is not reset for this:
+    that would also reset the one ``wait4`` reports (GNU time's)."""
+
+    def __init__(self, store: SpillStore, interval: float = 0.05):
+        self.store, self.interval = store, interval
+        self.stages: dict[str, dict] = {}
+        self._rss_peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="gpucurate-rss", daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval):
+            rss = _resident_bytes()
+            if rss is None:
+                return
+            self._rss_peak = max(self._rss_peak, rss)
+
+    @contextmanager
+    def stage(self, name: str):
+        """Measure the block as stage ``name`` (a stage inside another counts for both)."""
+        outer = self.store.stage_peak_bytes, self._rss_peak
+        self.store.stage_peak_bytes = self.store.memory_bytes
+        self._rss_peak = _resident_bytes() or 0
+        try:
+            yield
+        finally:
+            kept, rss = self.store.stage_peak_bytes, max(self._rss_peak, _resident_bytes() or 0)
+            seen = self.stages.setdefault(name, {"peak_kept_bytes": 0, "peak_rss_bytes": 0})
+            seen["peak_kept_bytes"] = max(seen["peak_kept_bytes"], kept)
+            seen["peak_rss_bytes"] = max(seen["peak_rss_bytes"], rss)
+            self.store.stage_peak_bytes, self._rss_peak = max(outer[0], kept), max(outer[1], rss)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def _freeze(value) -> None:

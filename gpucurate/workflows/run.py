@@ -11,7 +11,7 @@ import logging
 import os
 import platform
 import time
-from contextlib import contextmanager
+from contextlib import closing, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +29,7 @@ from ..config import Config, annotation_names, resolve_config
 from ..engine.clock import reset as reset_task_clock, totals as task_clock_totals
 from ..engine.executor import Executor, quiet_logs
 from ..engine.progress import stage as progress_stage
-from ..engine.spill import machine_memory
+from ..engine.spill import StagePeaks, machine_memory
 from ..io.reader import COMPRESSED_EXPANSION, ROW_BITS, ParsedCache, load_partition, plan_partitions, read_documents
 from .runindex import write_run_index
 from ..io.writer import StagedOutput, needs_texts, write_annotations, write_batches, write_json, write_partition
@@ -53,11 +53,12 @@ class Timer:
     def __init__(self):
         self.times: dict[str, float] = {}
         self.steps: dict[str, dict[str, float]] = {}  # the parts of a stage's time (``step_seconds``)
+        self.peaks: StagePeaks | None = None  # each stage's memory, once the run's executor is there
 
     @contextmanager
     def __call__(self, name: str):
         start = time.perf_counter()
-        with progress_stage(name) as stage:
+        with progress_stage(name) as stage, (self.peaks.stage(name) if self.peaks is not None else nullcontext()):
             yield stage
         self.times[name] = round(self.times.get(name, 0.0) + time.perf_counter() - start, 4)
 
@@ -116,7 +117,8 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
     with quiet_logs(), Executor(cfg.run.scheduler, cfg.run.workers, cfg.run.progress, gpus=backend.name == "gpu",
                                 memory_limit=cfg.run.memory_limit,
                                 partition_bytes=cfg.input.partition_bytes,
-                                spill_dir=cfg.run.spill_dir or Path(out).parent) as executor:
+                                spill_dir=cfg.run.spill_dir or Path(out).parent) as executor, \
+            closing(StagePeaks(executor.store)) as timer.peaks:
         with timer("plan"):
             reserved = annotation_names(cfg.output.annotation_prefix)  # input columns must not have these names
             specs = plan_partitions([str(i) for i in inputs], cfg.input, report, reserved, executor.workers)
@@ -168,7 +170,8 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
                            executor.workers)
         summary["task_seconds"] = _task_seconds(executor)
         if local:
-            summary["memory"] = {"limit": executor.memory_limit, **executor.store.summary()}
+            summary["memory"] = {"limit": executor.memory_limit, **executor.store.summary(),
+                                 "stages": timer.peaks.stages}
         if backend.arrays is not None:
             summary["device"] = _device_summary(backend.arrays, executor, result.fuzzy, wall)
     write_json(summary, out / "summary.json")
