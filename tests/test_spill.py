@@ -150,7 +150,7 @@ def test_sigkill_while_spilling_leaves_nothing_the_next_run_keeps(tmp_path):
 def test_a_full_spill_disk_is_one_error_naming_the_folder(tmp_path, monkeypatch):
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(spill.pickle, "dump", full)
+    monkeypatch.setattr(spill, "_write_value", full)
     store = spill.SpillStore(1, tmp_path)
     first = store.keep(np.zeros(10))  # noqa: F841 - held, so that the next value pushes it to the disk
     with pytest.raises(OutputError, match=r"gpucurate-spill-.*: cannot spill past run.memory_limit \(1 bytes\): "

@@ -2,7 +2,8 @@
 running at once get ``WORKING_BYTES_PER_INPUT_BYTE`` x a partition's bytes each (up to half of it), and
 what the run keeps between tasks (the persisted partitions, the partitions' states and the exchanges'
 pieces) gets the rest; past that, the least recently used values go to disk, one file each in a spill
-folder, written once, and come back when a task takes them. Each result is handed over as its task
+folder, written once, and come back when a task takes them: mapped, not read (``_write_value``), so a task
+that touches part of a value reads only that part. Each result is handed over as its task
 finishes (``engine.tasks.compute``'s ``keep``), not when the step ends.
 
 A stage never sees this: ``Executor.persist_tasks`` and ``engine.shuffle.exchange`` keep each result or
@@ -20,11 +21,13 @@ import ctypes.util
 import errno
 import functools
 import logging
+import mmap
 import os
 import pickle
 import re
 import shutil
 import socket
+import struct
 import sys
 import tempfile
 import threading
@@ -169,8 +172,7 @@ class SpillStore:
         with kept.lock:
             value = kept.value
             if value is _ON_DISK:
-                with open(kept.file[0], "rb") as f:
-                    value = pickle.load(f)
+                value = _read_value(kept.file[0])
                 _freeze(value)  # as on disk: evicted again, it is dropped, not written again
                 kept.value = value
                 with self._lock:
@@ -231,7 +233,7 @@ class SpillStore:
             path = folder / f"{self._count}.pkl"
         try:
             with open(path, "wb") as f:
-                pickle.dump(value, f, protocol=5)
+                _write_value(f, value)
         except OSError as exc:
             path.unlink(missing_ok=True)
             why = "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else exc.strerror or str(exc)
@@ -341,6 +343,47 @@ class StagePeaks:
     def close(self) -> None:
         self._stop.set()
         self._thread.join()
+
+
+#: a spilled value's file: ``<header length, buffer count>``, each buffer's length, the pickle of the value
+#: without its buffers, then each buffer (pickle protocol 5's out-of-band buffers: the arrays' and Arrow
+#: columns' bytes) at a multiple of ``_ALIGN``; a file this large or more is mapped when it comes back, so
+#: its bytes are neither read nor copied until a task touches them (the verification's streamed shingle sets
+#: touch a fraction of each partition's)
+_COUNTS = struct.Struct("<QQ")
+_ALIGN = 64
+_MAP_BYTES = 1 << 20
+
+
+def _write_value(f, value) -> None:
+    buffers: list = []
+    header = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+    raws = [b.raw() for b in buffers]
+    f.write(_COUNTS.pack(len(header), len(raws)))
+    f.write(np.array([r.nbytes for r in raws], dtype="<u8").tobytes())
+    f.write(header)
+    for raw in raws:
+        f.write(b"\0" * (-f.tell() % _ALIGN))
+        f.write(raw)
+
+
+def _read_value(path: Path):
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size >= _MAP_BYTES:
+            data = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+        else:
+            data = memoryview(f.read())
+    header_bytes, count = _COUNTS.unpack_from(data, 0)
+    at = _COUNTS.size + 8 * count
+    sizes = np.frombuffer(data, dtype="<u8", count=count, offset=_COUNTS.size).tolist()
+    header = data[at:at + header_bytes]
+    at += header_bytes
+    buffers = []
+    for size in sizes:
+        at += -at % _ALIGN
+        buffers.append(data[at:at + size])
+        at += size
+    return pickle.loads(header, buffers=buffers)
 
 
 def _freeze(value) -> None:
