@@ -99,7 +99,8 @@ def test_commands_that_need_the_texts_read_them_back(two_runs, tmp_path):
         names = sorted(p.name for p in (tmp_path / f"all.{fmt}").glob("part-*"))
         assert names and names == sorted(p.name for p in (tmp_path / f"annotations.{fmt}").glob("part-*"))
         for name in names:
-            assert (tmp_path / f"all.{fmt}" / name).read_bytes() == (tmp_path / f"annotations.{fmt}" / name).read_bytes()
+            exported = [(tmp_path / f"{c}.{fmt}" / name).read_bytes() for c in ("all", "annotations")]
+            assert exported[0] == exported[1]
     pairs = {c: sample_pairs(d / c, n=40) for c in ("all", "annotations")}
     assert len(pairs["all"]) and pairs["all"].equals(pairs["annotations"])
     ids = set(pairs["all"].id_a)
@@ -113,7 +114,8 @@ def test_rethreshold_and_ingest_read_the_texts_back(tmp_path, demo_frame):
     for c in ("all", "annotations"):
         gpucurate.run([str(tmp_path / "in.jsonl")], tmp_path / c, overrides=Q + [
             "input.partition_bytes=100000", "semantic.enabled=false", f"output.columns={c}"])
-    again = {c: rethreshold(tmp_path / c, ["fuzzy.threshold=0.5"], tmp_path / f"re-{c}") for c in ("all", "annotations")}
+    again = {c: rethreshold(tmp_path / c, ["fuzzy.threshold=0.5"], tmp_path / f"re-{c}")
+             for c in ("all", "annotations")}
     assert again["annotations"]["stages"]["fuzzy"]["similarities_from_texts"] > 0  # read back from the inputs
     assert again["annotations"]["stages"]["fuzzy"] == again["all"]["stages"]["fuzzy"]
     assert _parts(tmp_path / "re-all").select(ANNOTATION_COLUMNS).equals(

@@ -77,11 +77,11 @@ def _packed(pairs: pd.DataFrame) -> tuple:
 
 def _verify_block(pieces: list, own: list, loaders: list, part_offsets: np.ndarray, first: int,
                   jaccard_between) -> tuple:
-    """The exact Jaccard of the distinct pairs whose ``i`` is in partitions ``first .. first + k - 1`` (``pieces[r]``:
-    partition ``first + r``'s pieces of packed pairs; ``own[r]``: its sets); one frame ``(i, j, score)`` sorted by
-    ``(i, j)`` per partition (pieces are ``(packed,)``, as ``by_bucket`` makes them). The sets of each other partition that holds a ``j`` are loaded once (``loaders``:
-    ``spill.Loader`` per partition), the pairs they meet scored and let go: the block holds its own sets and one
-    other partition's at a time."""
+    """The exact Jaccard of the distinct pairs whose ``i`` is in partitions ``first .. first + k - 1``: one frame
+    ``(i, j, score)`` sorted by ``(i, j)`` per partition. ``pieces[r]``: partition ``first + r``'s pieces of
+    packed pairs (``(packed,)``, as ``by_bucket`` makes them); ``own[r]``: its sets. The sets of each other
+    partition that holds a ``j`` are loaded once (``loaders``: a ``spill.Loader`` per partition), the pairs
+    they meet scored and let go: the block holds its own sets and one other partition's at a time."""
     k = len(own)
     out = []
     for r in range(k):
@@ -104,9 +104,10 @@ def _verify_block(pieces: list, own: list, loaders: list, part_offsets: np.ndarr
         other = own[p - first] if first <= p < first + k else loaders[p]()
         b = np.searchsorted(other["rows"], j[at])
         for r in np.unique(owner_i[at]):
-            sel = at[owner_i[at] == r]
+            mine = owner_i[at] == r
+            sel = at[mine]
             scores[sel] = jaccard_between(own[r]["offsets"], own[r]["values"], other["offsets"], other["values"],
-                                          np.searchsorted(own[r]["rows"], i[sel]), b[owner_i[at] == r])
+                                          np.searchsorted(own[r]["rows"], i[sel]), b[mine])
         del other
     bounds = np.cumsum([0] + [len(o[0]) for o in out])
     return tuple(pd.DataFrame({"i": i[bounds[r]:bounds[r + 1]], "j": j[bounds[r]:bounds[r + 1]],

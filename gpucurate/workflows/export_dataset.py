@@ -5,9 +5,9 @@ but the annotation columns), the text column (``input.text_field``) after every 
 ranges of ``removed_spans`` cut out (``stages.cuts.cut_texts``). One output file per part file of the run
 (``part-00000.parquet`` or ``part-00000.jsonl[.gz|.zst]``), read a record batch of about ``BATCH_BYTES``
 at a time, so memory does not grow with the run. A run that wrote annotations only (``output.columns:
-annotations``) has its inputs read back, a partition at a time (``io.readback``). The directory is written aside and put in place only
-when complete, with ``export_summary.json`` and the ``_SUCCESS`` marker, like a run's output
-(``io.writer.StagedOutput``).
+annotations``) has its inputs read back, a partition at a time (``io.readback``). The directory is
+written aside and put in place only when complete, with ``export_summary.json`` and the ``_SUCCESS``
+marker, like a run's output (``io.writer.StagedOutput``).
 """
 
 from __future__ import annotations
