@@ -103,11 +103,11 @@ def _verify_block(pieces: list, own: list, loaders: list, part_offsets: np.ndarr
             continue
         other = own[p - first] if first <= p < first + k else loaders[p]()
         b = np.searchsorted(other["rows"], j[at])
-        for r in np.unique(owner_i[at]):
-            mine = owner_i[at] == r
-            sel = at[mine]
+        by_r = np.searchsorted(owner_i[at], np.arange(k + 1))  # ``at`` ascends by the partition of i too
+        for r in np.flatnonzero(np.diff(by_r)):
+            sel = at[by_r[r]:by_r[r + 1]]
             scores[sel] = jaccard_between(own[r]["offsets"], own[r]["values"], other["offsets"], other["values"],
-                                          np.searchsorted(own[r]["rows"], i[sel]), b[mine])
+                                          np.searchsorted(own[r]["rows"], i[sel]), b[by_r[r]:by_r[r + 1]])
         del other
     bounds = np.cumsum([0] + [len(o[0]) for o in out])
     return tuple(pd.DataFrame({"i": i[bounds[r]:bounds[r + 1]], "j": j[bounds[r]:bounds[r + 1]],

@@ -118,7 +118,7 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
                                 memory_limit=cfg.run.memory_limit,
                                 partition_bytes=cfg.input.partition_bytes,
                                 spill_dir=cfg.run.spill_dir or Path(out).parent) as executor, \
-            closing(StagePeaks(executor.store)) as timer.peaks:
+            (closing(StagePeaks(executor.store)) if executor.client is None else nullcontext()) as timer.peaks:
         with timer("plan"):
             reserved = annotation_names(cfg.output.annotation_prefix)  # input columns must not have these names
             specs = plan_partitions([str(i) for i in inputs], cfg.input, report, reserved, executor.workers)
