@@ -246,6 +246,21 @@ def test_the_budget_is_shared_with_the_running_tasks_and_caches():
         assert executor.store.budget == 500
 
 
+def test_freed_memory_stays_in_the_process_only_under_a_large_budget(monkeypatch):
+    """A local executor lets glibc keep freed memory (heap arrays up to 64 MB, 256 MB kept) only under a budget
+    of ``ALLOCATOR_CACHE_FROM`` or more, and only where the CLI tuned the allocator."""
+    from gpucurate.engine.executor import Executor
+    calls = []
+    monkeypatch.setattr(spill, "_mallopt", lambda option, value: calls.append((option, value)))
+    with Executor(workers=1, progress=False, memory_limit=spill.ALLOCATOR_CACHE_FROM - 1):
+        assert calls == []
+    with Executor(workers=1, progress=False, memory_limit=spill.ALLOCATOR_CACHE_FROM):
+        assert calls == [(-3, 64 << 20), (-1, 256 << 20)]
+    monkeypatch.setattr(spill, "_mallopt", None)
+    with Executor(workers=1, progress=False, memory_limit=8 << 30):
+        pass  # not tuned (a library call): nothing to change
+
+
 @pytest.mark.parametrize("n_parts", [1, 5, 13])
 def test_components_by_exchanges_equal_the_union_find(tmp_path, n_parts, monkeypatch):
     """Min-label propagation by the engine's exchanges, every piece on disk (a 1-byte budget): the same

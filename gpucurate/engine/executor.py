@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from ..errors import ConfigError, WorkerLostError
 from .partitions import Partitions
 from .progress import Reporter
-from .spill import WORKING_BYTES_PER_INPUT_BYTE, SpillStore, machine_memory
+from .spill import WORKING_BYTES_PER_INPUT_BYTE, SpillStore, fit_allocator_to, machine_memory
 from .tasks import compute, delayed, holds_dask, to_dask
 from .threads import thread_map
 
@@ -81,6 +81,8 @@ class Executor:
         #: what one running task may hold of its own (a thread's share of what is set aside)
         self.task_bytes = reserved // self.workers
         self.store = SpillStore(self.memory_limit - reserved, spill_dir)
+        if not scheduler:
+            fit_allocator_to(self.memory_limit)
         if gpus and not scheduler:
             scheduler = self._start_cuda_cluster()
         if scheduler:
