@@ -183,6 +183,8 @@ json.dump({"seconds": seconds, "documents": len(sample), "sample": sample, "foun
 
 
 def run_peer(python: str, code: str, args: list[str], timeout: int = 3600) -> dict | str:
+    if not Path(python).exists():
+        return f"not run: no {python} (see --peers-python)"
     done = subprocess.run([python, "-c", code, *args], capture_output=True, text=True, timeout=timeout)
     if done.returncode:
         return f"not run: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}"

@@ -104,6 +104,18 @@ def test_values_beside_other_figures_end_where_the_value_does():
                                     [("card", "4111 1111 1111 1111")], [], [("phone", "+44 20 2288 2633")]]
 
 
+def test_figures_beside_cards_and_quote_ranges():
+    """Held-out Reuters (issue 50): a card number after another figure is found; a range of two figures
+    joined by a slash or a hyphen, the second with a leading 0 (a commodity quote), is no phone number."""
+    rules = RuleSet(ContaminationConfig(pii=["all"]))
+    cards = ["4025989937919188", "5126693770355766"]
+    assert all(_luhn(c) for c in cards)
+    texts = [f"Shr 40 {cards[0]} cts", f"in 1986 {cards[1]}", "Shr 40 4111 1111 1111 1111 cts",
+             "prices 0650/0700 and 0660/0710 dlrs", "quoted 0430-0010 today", "call 030/1234567 or 0171-2345678"]
+    assert _found(rules, texts) == [[("card", cards[0])], [("card", cards[1])], [("card", "4111 1111 1111 1111")],
+                                    [], [], [("phone", "030/1234567"), ("phone", "0171-2345678")]]
+
+
 def test_checksum_kernels_match_plain_python():
     rng = random.Random(3)
     numbers = ["".join(rng.choice("0123456789") for _ in range(rng.randint(12, 20))) for _ in range(3000)]

@@ -370,14 +370,24 @@ def _validate(rule: Rule, data: np.ndarray, base: np.ndarray, start: np.ndarray,
         national = data[lo] == 48  # "0334 5235 3261": a trunk 0 is what such a run looks like
         keep &= ~(national & (((before == 32) & (digit[before2] | _after_group(data, lo, start)))
                               | ((after == 32) & digit[after2])))
+        # two figures joined by a slash or a hyphen, the second with a leading 0, are a range ("0650/0700",
+        # a commodity quote): a subscriber number after an area code does not start with the trunk 0
+        for k in np.flatnonzero(keep & national).tolist():
+            text = bytes(data[lo[k]:hi[k]])
+            head, sep, tail = text.partition(b"/") if b"/" in text else text.partition(b"-")
+            if sep and tail[:1] == b"0" and head.isdigit() and tail.isdigit():
+                keep[k] = False
     elif name == "card":
-        keep &= ~((before == 32) & _after_group(data, lo, start)) & (before != 43)  # an IBAN's, a phone's digits
+        # an IBAN's groups (a grouped candidate after a group of four), a phone's digits
+        grouped = _digits(data, lo, hi) < hi - lo
+        keep &= ~((before == 32) & grouped & _after_group(data, lo, start)) & (before != 43)
         # a decimal's parts at either end ("17.6 4190 ...", "... 1111 85.4 mln") are not the card's
         ok = luhn_valid(data, lo, hi) & _card_network(data, lo, hi) & ~dotted_number
-        # a card number printed beside another number ("Shr 34 4111 1111 1111 1111"): its groups alone
+        # a card number printed beside another number ("Shr 34 4111 1111 1111 1111", "in 1986
+        # 5126693770355766"): its groups alone
         for k in np.flatnonzero(keep & ~ok).tolist():
             text = bytes(data[lo[k]:hi[k]])
-            if text.count(b" ") + text.count(b"-") < 4:  # four groups or fewer: no shorter card inside
+            if b" " not in text and b"-" not in text:  # one group: nothing shorter inside
                 continue
             found = _card_within(data, int(lo[k]) + (before[k] == 46), int(hi[k]))
             if found is not None:
@@ -455,7 +465,8 @@ def _after_group(data: np.ndarray, lo: np.ndarray, start: np.ndarray) -> np.ndar
 
 def _card_within(data: np.ndarray, lo: int, hi: int) -> tuple[int, int] | None:
     """The longest run of digit groups of ``data[lo:hi]`` that is a card number printed in groups of four
-    (the last one may be shorter; 13 to 19 digits, a network's prefix, Luhn): its byte span, or None."""
+    (the last one may be shorter) or in one group (13 to 19 digits, a network's prefix, Luhn): its byte span,
+    or None."""
     groups, k = [], lo
     while k < hi:
         j = k
@@ -467,7 +478,7 @@ def _card_within(data: np.ndarray, lo: int, hi: int) -> tuple[int, int] | None:
     best = None
     for a in range(len(groups)):
         for b in range(a + 1, len(groups) + 1):
-            if any(g[1] - g[0] != 4 for g in groups[a:b - 1]) or groups[b - 1][1] - groups[b - 1][0] > 4:
+            if b - a > 1 and (any(g[1] - g[0] != 4 for g in groups[a:b - 1]) or groups[b - 1][1] - groups[b - 1][0] > 4):
                 continue
             s, e = groups[a][0], groups[b - 1][1]
             digits = "".join(bytes(data[g0:g1]).decode() for g0, g1 in groups[a:b])
