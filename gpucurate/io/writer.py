@@ -412,7 +412,8 @@ def input_columns(spec: PartitionSpec, cfg: Config, part: LoadedPartition, integ
     """The partition's input columns as every part file of the run holds them: the user's id column in the
     run's one type (``integer``: int64, else string; ``table.unify_ids``), none named like an annotation."""
     table = part.table
-    check_annotation_clash(spec.path, table.column_names, annotation_names(cfg.output.annotation_prefix))
+    check_annotation_clash(spec.path, table.column_names,
+                           annotation_names(cfg.output.annotation_prefix, cfg.quality.language_id))
     if cfg.input.id_field in table.column_names:
         i = table.schema.get_field_index(cfg.input.id_field)
         table = table.set_column(i, cfg.input.id_field, run_id_column(spec, part, cfg.input, integer))

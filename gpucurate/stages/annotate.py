@@ -62,11 +62,11 @@ def annotate(table: DocTable, exact: ExactResult, fuzzy: FuzzyResult | None, out
     if contamination is not None:
         gates = gates or Gates(np.zeros(n, bool), None, None)
         gates.contamination = contamination.gates()
-    return annotation_columns(
+    return with_languages(annotation_columns(
         np.arange(n, dtype=np.int64), exact_canon, fuzzy_canon, final, ids, ids[exact_canon], ids[fuzzy_canon],
         ids[final], fuzzy_sim, semantic_sim, cluster_size, gates, out,
         table.int_ids if table.int_ids is not None else ids.dtype.kind == "i",
-        fuzzy.score_kind if fuzzy is not None else "jaccard")
+        fuzzy.score_kind if fuzzy is not None else "jaccard"), quality)
 
 
 class Gates:
@@ -265,9 +265,11 @@ def _annotate_part(state: dict, first_row: int, fuzzy_canon, final, fuzzy_of, se
     fuzzy_ids = semantic_of[1] if semantic_of is not None else final_ids
     exact_ids = fuzzy_of[2] if fuzzy_of is not None else fuzzy_ids
     gates = None
+    quality = None
     if quality_limits is not None:
-        result = QualityResult(state["qrule"], state["qvalue"], quality_limits)
-        gates = Gates(result.failed, result.reasons, None)
+        quality = QualityResult(state["qrule"], state["qvalue"], quality_limits, state.get("lang"),
+                                state.get("lang_score"))
+        gates = Gates(quality.failed, quality.reasons, None)
     if "contaminated" in state:
         gates = gates or Gates(np.zeros(m, bool), None, None)
         gates.contamination = tuple(state[k] for k in CONTAMINATION_COLUMNS)
@@ -277,7 +279,15 @@ def _annotate_part(state: dict, first_row: int, fuzzy_canon, final, fuzzy_of, se
     if STRIP_CUTS_COLUMN in state:  # the bytes a strip removed, for removed_spans
         annotations = annotations.set_column(annotations.schema.get_field_index(STRIP_CUTS), STRIP_CUTS,
                                              pa.array(state[STRIP_CUTS_COLUMN], type=RANGES))
-    return {"annotations": annotations}
+    return {"annotations": with_languages(annotations, quality)}
+
+
+def with_languages(annotations: pa.Table, quality: QualityResult | None) -> pa.Table:
+    """``annotations`` with the ``LANGUAGE_COLUMNS`` when the quality gate identified languages."""
+    columns = quality.language_columns() if quality is not None else None
+    if columns is None:
+        return annotations
+    return annotations.append_column("lang", columns[0]).append_column("lang_score", columns[1])
 
 
 def apply_paragraphs(annotations: pa.Table, paragraphs: ParagraphResult, out: OutputConfig) -> pa.Table:

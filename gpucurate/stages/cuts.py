@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..config import ANNOTATION_COLUMNS
+from ..config import ANNOTATION_COLUMNS, LANGUAGE_COLUMNS
 from ..kernels.text import cut_ranges
 from .normalize import arrow_buffers, from_buffers
 
@@ -97,5 +97,5 @@ def output_annotations(annotations: pa.Table, texts: pa.Array) -> tuple[list, li
                                            used[0], pa.scalar(None, RANGES)).cast(RANGES)
     elif used:
         made["removed_spans"] = pa.array([merge_ranges(*r) for r in zip(*(c.to_pylist() for c in used))], RANGES)
-    columns = [made[name] if name in made else annotations.column(name) for name in ANNOTATION_COLUMNS]
-    return list(ANNOTATION_COLUMNS), columns
+    names = ANNOTATION_COLUMNS + tuple(c for c in LANGUAGE_COLUMNS if c in annotations.column_names)
+    return list(names), [made[name] if name in made else annotations.column(name) for name in names]

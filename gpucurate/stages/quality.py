@@ -10,12 +10,15 @@ turns on the usual settings, the defaults turn everything off.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pandas as pd
 
 from ..config import QualityConfig
+from ..engine.clock import task_clock
+from ..errors import ConfigError
 from ..kernels.gates import QUALITY_STATS, quality_stats
 from ..kernels.hashing import padded_words
 from .normalize import arrow_buffers
@@ -34,7 +37,10 @@ RULES = (
     ("top_3gram", "top_3gram_fraction", "max_top_3gram_fraction", ">"),
     ("top_4gram", "top_4gram_fraction", "max_top_4gram_fraction", ">"),
     ("alpha_words", "alpha_word_fraction", "min_alpha_word_fraction", "<"),
+    # the language rule (quality.languages, min_language_score): its value is the language's probability
+    ("language", None, "languages", "in"),
 )
+LANGUAGE_RULE = len(RULES) - 1
 
 
 def active_rules(cfg: QualityConfig) -> list[tuple[int, str, int, str, float]]:
@@ -42,27 +48,59 @@ def active_rules(cfg: QualityConfig) -> list[tuple[int, str, int, str, float]]:
     out = []
     for r, (name, stat, key, op) in enumerate(RULES):
         limit = getattr(cfg, key)
-        if limit is not None:
+        if limit is not None and stat is not None:
             out.append((r, name, QUALITY_STATS.index(stat), op, float(limit)))
     return out
 
 
-def quality_partition(df: pd.DataFrame, rules: list) -> pd.DataFrame:
+@dataclass(frozen=True)
+class LanguageRule:
+    """Language identification in the quality pass: ``model`` (a ``stages.language`` model path, None: the
+    default), the label indices to keep (None: identify only) and the lowest probability kept."""
+    model: str | None
+    keep: tuple | None
+    min_score: float
+
+    def identify(self, texts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(label int16[n], probability float32[n], failed bool[n])`` of an Arrow string array."""
+        from .language import identify_texts, load_model
+        labels, scores = identify_texts(load_model(self.model), texts)
+        if self.keep is None:
+            return labels, scores, np.zeros(len(labels), bool)
+        kept = np.zeros(len(load_model(self.model).labels) + 1, bool)  # the last: no language (label -1)
+        kept[list(self.keep)] = True
+        return labels, scores, ~kept[labels] | (scores < self.min_score)
+
+
+def quality_partition(df: pd.DataFrame, rules: list, language: LanguageRule | None = None) -> pd.DataFrame:
     """``df`` with ``_qrule`` (int16: index of the first failed rule in RULES, -1 if none) and ``_qvalue``
-    (float64: the failing statistic) computed from the raw ``_text``."""
+    (float64: the failing statistic) computed from the raw ``_text``; with ``language``, ``_lang`` (int16:
+    the label's index, -1 for a text without words) and ``_lang_score`` (float32), and the language rule is
+    checked first."""
     out = df.copy(deep=False)
     n = len(df)
     failed = np.full(n, -1, np.int16)
     value = np.zeros(n, np.float64)
-    if n and rules:
-        offsets, data = arrow_buffers(df["_text"].array._pa_array)
-        stats = quality_stats(offsets, data, padded_words(data))
-        for r, _, col, op, limit in reversed(rules):  # the first rule in order wins
-            bad = stats[:, col] < limit if op == "<" else stats[:, col] > limit
-            failed[bad] = r
-            value[bad] = stats[bad, col]
+    if n and (rules or language is not None):
+        texts = df["_text"].array._pa_array
+        offsets, data = arrow_buffers(texts)
+        if rules:
+            with task_clock("quality rules"):
+                stats = quality_stats(offsets, data, padded_words(data))
+            for r, _, col, op, limit in reversed(rules):  # the first rule in order wins
+                bad = stats[:, col] < limit if op == "<" else stats[:, col] > limit
+                failed[bad] = r
+                value[bad] = stats[bad, col]
+        if language is not None:
+            with task_clock("language identification"):
+                labels, scores, bad = language.identify(texts)
+            failed[bad] = LANGUAGE_RULE
+            value[bad] = scores[bad]
     out["_qrule"] = failed
     out["_qvalue"] = value
+    if language is not None:
+        out["_lang"] = labels if n else np.empty(0, np.int16)
+        out["_lang_score"] = scores if n else np.empty(0, np.float32)
     out.attrs = dict(df.attrs)
     return out
 
@@ -71,23 +109,43 @@ def quality_partition(df: pd.DataFrame, rules: list) -> pd.DataFrame:
 class QualityResult:
     rule: np.ndarray  # int16[n]: index into RULES of the failed rule, -1 when the document passed
     value: np.ndarray  # float64[n]: the failing statistic
-    limits: dict  # config key -> limit
+    limits: dict  # config key -> limit; "language_labels": the model's labels when languages are identified
+    lang: np.ndarray | None = None  # int16[n]: the language's label index (-1: none) when identified
+    lang_score: np.ndarray | None = None  # float32[n]: its probability
 
     @property
     def failed(self) -> np.ndarray:
         return self.rule >= 0
 
     def reasons(self, rows: np.ndarray) -> pa.Array:
-        """``string[len(rows)]`` drop reasons of the failed ``rows``; each distinct (rule, value) is formatted
-        once (a rule's values repeat: word counts, ratios of short texts)."""
-        pairs = np.empty(len(rows), dtype=[("rule", np.int16), ("value", np.float64)])
-        pairs["rule"], pairs["value"] = self.rule[rows], self.value[rows]
-        distinct, index = np.unique(pairs, return_inverse=True)
+        """``string[len(rows)]`` drop reasons of the failed ``rows``; each distinct (rule, value, language)
+        is formatted once (a rule's values repeat: word counts, ratios of short texts)."""
+        keys = np.empty(len(rows), dtype=[("rule", np.int16), ("value", np.float64), ("lang", np.int16)])
+        keys["rule"], keys["value"] = self.rule[rows], self.value[rows]
+        keys["lang"] = self.lang[rows] if self.lang is not None else -1
+        distinct, index = np.unique(keys, return_inverse=True)
         texts = []
-        for rule, value in distinct.tolist():
+        for rule, value, lang in distinct.tolist():
             name, _, key, op = RULES[rule]
+            if rule == LANGUAGE_RULE:
+                code = self.limits["language_labels"][lang] if lang >= 0 else "none"
+                wanted = self.limits["languages"]
+                texts.append(f"quality: language {code} {value:.3f} not in languages [{', '.join(wanted)}]"
+                             if code not in wanted else
+                             f"quality: language {code} {value:.3f} < min_language_score {self.limits['min_language_score']:g}")
+                continue
             texts.append(f"quality: {name} {value:.4g} {op} {key} {self.limits[key]:g}")
         return pa.array(texts, pa.string()).take(pa.array(index.reshape(-1).astype(np.int64)))
+
+    def language_columns(self) -> tuple[pa.Array, pa.Array] | None:
+        """``lang`` (the model's codes) and ``lang_score`` columns, null for a text without words; None when
+        languages were not identified."""
+        if self.lang is None:
+            return None
+        none = self.lang < 0
+        labels = pa.array(list(self.limits["language_labels"]), pa.string())
+        return (labels.take(pa.array(self.lang, pa.int16(), mask=none)),
+                pa.array(self.lang_score, pa.float32(), mask=none))
 
     def stats(self) -> dict:
         counts: dict[str, int] = {}
@@ -103,14 +161,38 @@ class QualityGate:
 
     name = "quality"
 
-    def __init__(self, cfg: QualityConfig):
+    def __init__(self, cfg: QualityConfig, model: str | None = None):
         self.cfg = cfg
         self.rules = active_rules(cfg) if cfg.enabled else []
+        self.language = None
+        if cfg.language_id:
+            from .language import load_model
+            labels = load_model(model).labels
+            unknown = [x for x in cfg.languages or () if x not in labels]
+            if unknown:
+                raise ConfigError(f"quality.languages: {', '.join(unknown)} not among the model's {len(labels)} "
+                                  f"language codes (ISO 639: en, de, fr, zh, ja, ko, ru, ...)")
+            keep = tuple(labels.index(x) for x in cfg.languages) if cfg.languages is not None else None
+            self.language = LanguageRule(model, keep, cfg.min_language_score)
+            self.labels = labels
+
+    @property
+    def active(self) -> bool:
+        return bool(self.rules) or self.language is not None
 
     def run(self, ddf):
-        meta = ddf._meta.assign(_qrule=np.array([], np.int16), _qvalue=np.array([], np.float64))
-        return ddf.map_partitions(quality_partition, self.rules, meta=meta)
+        columns = dict(_qrule=np.array([], np.int16), _qvalue=np.array([], np.float64))
+        if self.language is not None:
+            columns.update(_lang=np.array([], np.int16), _lang_score=np.array([], np.float32))
+        return ddf.map_partitions(quality_partition, self.rules, self.language, meta=ddf._meta.assign(**columns))
 
     def limits(self) -> dict:
-        """config key -> limit of every rule (``QualityResult.limits``)."""
-        return {key: getattr(self.cfg, key) for _, _, key, _ in RULES}
+        """config key -> limit of every rule (``QualityResult.limits``), and the model's labels when languages
+        are identified."""
+        out = {key: getattr(self.cfg, key) for _, _, key, _ in RULES}
+        if self.language is not None:
+            from .language import load_model
+            model = load_model(self.language.model)
+            out.update(min_language_score=self.cfg.min_language_score, language_labels=list(self.labels),
+                       language_model={"file": Path(model.path).name, "sha256": model.fingerprint})
+        return out

@@ -87,6 +87,9 @@ def resolve_ingest_config(state: State, config, overrides) -> Config:
         if getattr(cfg, stage).enabled:
             raise ConfigError(f"ingest does not support {stage}.enabled ({stage} dedup rewrites texts of "
                               "already indexed documents)")
+    if cfg.quality.language_id:
+        raise ConfigError("ingest does not identify languages yet (its state keeps no lang column): "
+                          "quality.languages and quality.identify_language are for gpucurate run")
     if cfg.semantic.keep in ("nearest", "farthest"):
         raise ConfigError("ingest compares embeddings exhaustively, without k-means centroids: semantic.keep "
                           "must be policy, first, earliest or longest")

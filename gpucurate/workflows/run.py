@@ -120,7 +120,8 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
                                 spill_dir=cfg.run.spill_dir or Path(out).parent) as executor, \
             (closing(StagePeaks(executor.store)) if executor.client is None else nullcontext()) as timer.peaks:
         with timer("plan"):
-            reserved = annotation_names(cfg.output.annotation_prefix)  # input columns must not have these names
+            # input columns must not have these names
+            reserved = annotation_names(cfg.output.annotation_prefix, cfg.quality.language_id)
             specs = plan_partitions([str(i) for i in inputs], cfg.input, report, reserved, executor.workers)
         log.info("%d input partition(s) from %d file(s) on %s", len(specs),
                  len({p for s in specs for p in s.paths}), executor.description)
@@ -298,8 +299,11 @@ class Prepared:
         """The quality columns as arrays in this process (ingest keeps its collection there)."""
         if self.quality_limits is None:
             return None
+        lang = ("language_labels" in self.quality_limits) or None
+        if lang:
+            lang = (self.table.gather(executor, "lang").astype(np.int16), self.table.gather(executor, "lang_score"))
         return QualityResult(self.table.gather(executor, "qrule").astype(np.int16),
-                             self.table.gather(executor, "qvalue"), self.quality_limits)
+                             self.table.gather(executor, "qvalue"), self.quality_limits, *(lang or ()))
 
 
 def prepare(narrow_ddf, cfg: Config, executor: Executor, backend, describe=None, timer: Timer | None = None,
@@ -313,7 +317,7 @@ def prepare(narrow_ddf, cfg: Config, executor: Executor, backend, describe=None,
     contamination_gate = ContaminationGate(cfg.contamination, backend)
     threads = executor.threads_per_task(narrow_ddf.npartitions)
     ddf = narrow_ddf
-    if quality_gate.rules:
+    if quality_gate.active:
         ddf = quality_gate.run(ddf)
     if contamination_gate.enabled:
         ddf = contamination_gate.run(ddf)
@@ -331,14 +335,17 @@ def prepare(narrow_ddf, cfg: Config, executor: Executor, backend, describe=None,
     with timer.step("read+normalize", "collect"):
         table = DocParts.collect(ddf, executor, cfg.input.on_duplicate_id, describe)
     limits = None
-    if quality_gate.rules:
+    if quality_gate.active:
         table = table.update(executor, _quality_columns, "quality: collect", ddf.to_delayed())
         limits = quality_gate.limits()
     return Prepared(ddf, table, limits, contamination_gate, paragraph_stage, substring_stage)
 
 
 def _quality_columns(state: dict, first_row: int, df) -> dict:
-    return {"qrule": df["_qrule"].to_numpy().astype(np.int16), "qvalue": df["_qvalue"].to_numpy()}
+    out = {"qrule": df["_qrule"].to_numpy().astype(np.int16), "qvalue": df["_qvalue"].to_numpy()}
+    if "_lang" in df:
+        out.update(lang=df["_lang"].to_numpy().astype(np.int16), lang_score=df["_lang_score"].to_numpy())
+    return out
 
 
 def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Timer, describe=None,
@@ -401,6 +408,8 @@ def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Tim
             table, substrings = prep.substring_stage.collect(ddf, table, kept, executor,
                                                              functools.partial(apply_substrings, out=cfg.output))
     counts = partition_counts(table, executor, exact_duplicates, prep.quality_limits is not None)
+    if prep.quality_limits is not None and "language_model" in prep.quality_limits:
+        counts["quality"]["language_model"] = prep.quality_limits["language_model"]
     return DedupResult(table, fuzzy, semantic, counts.pop("quality"), prep.quality_limits, contamination,
                        paragraphs, substrings, counts)
 
@@ -447,13 +456,24 @@ def partition_counts(table: DocParts, executor: Executor, exact_duplicates: int,
             by_rule[key] = by_rule.get(key, 0) + k
     counts["quality"] = {"dropped": int(sum(by_rule.values())), "by_rule": dict(sorted(by_rule.items()))} \
         if quality else None
+    if any("languages" in p for p in parts):  # documents per identified language, the most frequent first
+        languages: dict[str, int] = {}
+        for p in parts:
+            for code, k in p["languages"].items():
+                languages[code] = languages.get(code, 0) + k
+        counts["quality"]["languages"] = dict(sorted(languages.items(), key=lambda kv: (-kv[1], kv[0])))
     return counts
 
 
 def _counts(state: dict, first_row: int) -> dict:
     by_rule = QualityResult(state["qrule"], state["qvalue"], {}).stats()["by_rule"] if "qrule" in state else {}
     keep = np.asarray(state["annotations"].column("keep"))
-    return {"empty_texts": int(state["empty"].sum()), "kept": int(keep.sum()), "by_rule": by_rule}
+    out = {"empty_texts": int(state["empty"].sum()), "kept": int(keep.sum()), "by_rule": by_rule}
+    if "lang" in state:
+        out["languages"] = pc.value_counts(pc.fill_null(state["annotations"].column("lang"), "none")) \
+            .to_pylist()
+        out["languages"] = {v["values"]: v["counts"] for v in out["languages"]}
+    return out
 
 
 def _resident(cfg: Config, backend, executor: Executor):

@@ -100,6 +100,8 @@ def _run_index_part(state: dict, first_row: int) -> pa.Table:
         "contamination_drop": column("contamination_drop", False, bool),
         "contamination_reason": pa.array(column("contamination_reason", None, object), pa.string()),
     }
+    if "lang" in state:  # the quality gate identified languages
+        columns.update(lang=pa.array(state["lang"], pa.int16()), lang_score=pa.array(state["lang_score"], pa.float32()))
     return pa.table({k: v if isinstance(v, pa.Array) else pa.array(v) for k, v in columns.items()})
 
 
@@ -131,8 +133,8 @@ def load_run_index(run_dir: str | Path) -> RunIndex:
     table = DocTable(col["ord"], ids, col["timestamp"], col["nbytes"], np.asarray(meta["part_offsets"], np.int64))
     exact = ExactResult(col["text_hash"], col["empty"], col["exact_canon"], np.zeros(n, np.int64),
                         np.zeros(n, np.int64))
-    quality = QualityResult(col["quality_rule"], col["quality_value"], meta["quality_limits"]) \
-        if meta["quality_limits"] is not None else None
+    quality = QualityResult(col["quality_rule"], col["quality_value"], meta["quality_limits"], col.get("lang"),
+                            col.get("lang_score")) if meta["quality_limits"] is not None else None
     contamination = None
     if meta["contamination"]:
         reason = np.array(t.column("contamination_reason").to_pylist(), dtype=object)
