@@ -82,6 +82,9 @@ class QualityConfig:
     max_top_4gram_fraction: Optional[float] = None
     #: fraction of words with at least one letter
     min_alpha_word_fraction: Optional[float] = None
+    #: datatrove's rule sets with their defaults, any of gopher (GopherQualityFilter + GopherRepetitionFilter),
+    #: c4 (C4QualityFilter's document rules), fineweb (FineWebQualityFilter); checked after the rules above
+    preset: Optional[list] = None
     #: keep only documents whose language (fastText's lid.176, from `pip install gpucurate[lang]`) is one of
     #: these ISO 639 codes (en, de, zh, ja, ko, ru, ...); null -> no language rule. Checked before the other rules
     languages: Optional[list] = None
@@ -534,6 +537,9 @@ class Config:
         if q.languages is not None and (not isinstance(q.languages, list) or not q.languages or not all(
                 isinstance(x, str) and x for x in q.languages)):
             raise ConfigError(f"quality.languages must be a non-empty list of language codes or null, got {q.languages!r}")
+        if q.preset is not None and (not isinstance(q.preset, list) or not q.preset
+                                     or any(x not in ("gopher", "c4", "fineweb") for x in q.preset)):
+            raise ConfigError(f"quality.preset must be a list of gopher, c4, fineweb (or null), got {q.preset!r}")
         if not 0.0 <= q.min_language_score <= 1.0:
             raise ConfigError(f"quality.min_language_score must be in [0, 1], got {q.min_language_score}")
         if not 0 <= self.fuzzy.simhash_max_distance <= 31:

@@ -300,6 +300,13 @@ def test_gpu_run_with_gates_and_host_paths(tmp_path):
     assert "substrings: window keys" in gpu["device"]["steps"]
 
 
+def test_gpu_run_with_quality_presets(tmp_path):
+    """datatrove's rule sets decide on the host in both backends: the same annotations and counts."""
+    src, _ = _corpus(tmp_path, n=60, seed=4)
+    cpu, gpu = _run_both(tmp_path, src, {"quality.preset": ["gopher", "c4", "fineweb"]})
+    assert gpu["stages"]["quality"] == cpu["stages"]["quality"] and cpu["stages"]["quality"]["dropped"] > 0
+
+
 def test_backend_probe_failure(monkeypatch):
     """``gpu`` fails with the probe's reason (exit 2); ``auto`` never picks the simulator."""
     from gpucurate.engine import backend

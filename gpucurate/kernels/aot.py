@@ -43,7 +43,7 @@ MANIFEST = "manifest.json"
 #: the files whose kernels are built (their contents name the build)
 SOURCES = ("kernels/hashing.py", "kernels/text.py", "kernels/minhash.py", "kernels/pairs.py", "kernels/gates.py",
            "kernels/semantic.py", "kernels/bloom.py", "kernels/substrings.py", "kernels/patterns.py",
-           "kernels/langid.py", "kernels/jit.py", "kernels/aot.py", "review/evaluate.py")
+           "kernels/langid.py", "kernels/words.py", "kernels/jit.py", "kernels/aot.py", "review/evaluate.py")
 
 #: the modules whose kernels declare the signatures every build has (``njit(aot=...)``)
 _KERNEL_MODULES = ("gpucurate.kernels.hashing", "gpucurate.kernels.text", "gpucurate.kernels.minhash",

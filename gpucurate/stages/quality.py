@@ -1,7 +1,8 @@
 """Quality gate: cheap heuristic rules on the raw text, before deduplication.
 
 Each rule compares one statistic of ``kernels.gates.quality_stats`` with a limit from ``quality`` config
-(null = rule off). A document that fails a rule is annotated ``keep = false``, ``drop_stage = quality``
+(null = rule off); ``quality.preset`` adds datatrove's Gopher, C4 and FineWeb filters with their defaults
+(``PRESET_RULES``, statistics of ``kernels.words.preset_stats``), and ``quality.languages`` a language rule. A document that fails a rule is annotated ``keep = false``, ``drop_stage = quality``
 and ``drop_reason = "quality: <rule> <value> <op> <limit>"`` (the first failed rule in ``RULES`` order),
 and takes no part in the dedup stages. The rules follow Gopher (Rae et al. 2021); ``configs/web-crawl.yaml``
 turns on the usual settings, the defaults turn everything off.
@@ -42,6 +43,54 @@ RULES = (
 )
 LANGUAGE_RULE = len(RULES) - 1
 
+#: the rules of ``quality.preset``, datatrove's filters with their defaults, each filter's in its order:
+#: (preset, rule name as datatrove's drop reason, ``kernels.words.PRESET_STATS`` column, comparison that
+#: fails, limit)
+PRESET_RULES = (
+    ("gopher", "gopher_short_doc", "gopher_words", "<", 50),
+    ("gopher", "gopher_long_doc", "gopher_words", ">", 100000),
+    ("gopher", "gopher_below_avg_threshold", "gopher_mean_word_length", "<", 3),
+    ("gopher", "gopher_above_avg_threshold", "gopher_mean_word_length", ">", 10),
+    ("gopher", "gopher_too_many_hashes", "gopher_hash_ratio", ">", 0.1),
+    ("gopher", "gopher_too_many_ellipsis", "gopher_ellipsis_ratio", ">", 0.1),
+    ("gopher", "gopher_too_many_bullets", "gopher_bullet_lines", ">", 0.9),
+    ("gopher", "gopher_too_many_end_ellipsis", "gopher_ellipsis_lines", ">", 0.3),
+    ("gopher", "gopher_below_alpha_threshold", "gopher_alpha_words", "<", 0.8),
+    ("gopher", "gopher_enough_stop_words", "gopher_stop_words", "<", 2),
+    ("gopher", "dup_para_frac", "dup_para_frac", ">", 0.3),
+    ("gopher", "dup_para_char_frac", "dup_para_char_frac", ">", 0.2),
+    ("gopher", "dup_line_frac", "dup_line_frac", ">", 0.3),
+    ("gopher", "dup_line_char_frac", "dup_line_char_frac", ">", 0.2),
+    ("gopher", "top_2_gram", "top_2_gram", ">", 0.2),
+    ("gopher", "top_3_gram", "top_3_gram", ">", 0.18),
+    ("gopher", "top_4_gram", "top_4_gram", ">", 0.16),
+    ("gopher", "duplicated_5_n_grams", "dup_5_gram", ">", 0.15),
+    ("gopher", "duplicated_6_n_grams", "dup_6_gram", ">", 0.14),
+    ("gopher", "duplicated_7_n_grams", "dup_7_gram", ">", 0.13),
+    ("gopher", "duplicated_8_n_grams", "dup_8_gram", ">", 0.12),
+    ("gopher", "duplicated_9_n_grams", "dup_9_gram", ">", 0.11),
+    ("gopher", "duplicated_10_n_grams", "dup_10_gram", ">", 0.10),
+    ("c4", "lorem_ipsum", "c4_lorem_ipsum", ">", 0.5),
+    ("c4", "curly_bracket", "c4_curly_bracket", ">", 0.5),
+    ("c4", "too_few_sentences", "c4_sentences", "<", 5),
+    ("fineweb", "empty", "fineweb_lines", "<", 1),
+    ("fineweb", "line_punct_ratio", "line_punct_ratio", "<", 0.12),
+    ("fineweb", "short_line_ratio", "short_line_ratio", ">", 0.67),
+    ("fineweb", "char_dup_ratio", "char_dup_ratio", ">", 0.01),
+    ("fineweb", "list_ratio", "list_ratio", ">", 0.3),
+)
+PRESETS = ("gopher", "c4", "fineweb")
+#: index in RULES of the first preset rule (they follow the language rule, so stored rule indices stay)
+PRESET_BASE = len(RULES)
+RULES = RULES + tuple((name, None, "preset", op) for _, name, _, op, _ in PRESET_RULES)
+
+
+def preset_rules(presets) -> list[tuple[int, str, int, str, float]]:
+    """``(rule index, name, PRESET_STATS column, op, limit)`` of the rules of ``presets``."""
+    from ..kernels.words import PRESET_STATS
+    return [(PRESET_BASE + i, name, PRESET_STATS.index(stat), op, float(limit))
+            for i, (preset, name, stat, op, limit) in enumerate(PRESET_RULES) if preset in (presets or ())]
+
 
 def active_rules(cfg: QualityConfig) -> list[tuple[int, str, int, str, float]]:
     """``(rule index, name, stat column, op, limit)`` of the rules with a limit set."""
@@ -72,25 +121,36 @@ class LanguageRule:
         return labels, scores, ~kept[labels] | (scores < self.min_score)
 
 
-def quality_partition(df: pd.DataFrame, rules: list, language: LanguageRule | None = None) -> pd.DataFrame:
+def _apply(rules: list, stats: np.ndarray, failed: np.ndarray, value: np.ndarray) -> None:
+    """Mark the documents failing ``rules`` (``(index, name, column, op, limit)``), the first in order
+    winning over the later ones and over what ``failed`` held."""
+    for r, _, col, op, limit in reversed(rules):
+        bad = stats[:, col] < limit if op == "<" else stats[:, col] > limit
+        failed[bad] = r
+        value[bad] = stats[bad, col]
+
+
+def quality_partition(df: pd.DataFrame, rules: list, language: LanguageRule | None = None,
+                      presets: list | None = None) -> pd.DataFrame:
     """``df`` with ``_qrule`` (int16: index of the first failed rule in RULES, -1 if none) and ``_qvalue``
     (float64: the failing statistic) computed from the raw ``_text``; with ``language``, ``_lang`` (int16:
-    the label's index, -1 for a text without words) and ``_lang_score`` (float32), and the language rule is
-    checked first."""
+    the label's index, -1 for a text without words) and ``_lang_score`` (float32). The language rule is
+    checked first, then ``rules``, then ``presets`` (``preset_rules``)."""
     out = df.copy(deep=False)
     n = len(df)
     failed = np.full(n, -1, np.int16)
     value = np.zeros(n, np.float64)
-    if n and (rules or language is not None):
+    if n and (rules or language is not None or presets):
         texts = df["_text"].array._pa_array
         offsets, data = arrow_buffers(texts)
+        if presets:
+            from ..kernels.words import preset_stats, word_tables
+            with task_clock("quality presets"):
+                _apply(presets, preset_stats(offsets, data, *word_tables().stats_arrays()), failed, value)
         if rules:
             with task_clock("quality rules"):
                 stats = quality_stats(offsets, data, padded_words(data))
-            for r, _, col, op, limit in reversed(rules):  # the first rule in order wins
-                bad = stats[:, col] < limit if op == "<" else stats[:, col] > limit
-                failed[bad] = r
-                value[bad] = stats[bad, col]
+            _apply(rules, stats, failed, value)
         if language is not None:
             with task_clock("language identification"):
                 labels, scores, bad = language.identify(texts)
@@ -127,6 +187,10 @@ class QualityResult:
         texts = []
         for rule, value, lang in distinct.tolist():
             name, _, key, op = RULES[rule]
+            if rule >= PRESET_BASE:
+                preset, _, _, _, limit = PRESET_RULES[rule - PRESET_BASE]
+                texts.append(f"quality: {name} {value:.4g} {op} {limit:g} (preset {preset})")
+                continue
             if rule == LANGUAGE_RULE:
                 code = self.limits["language_labels"][lang] if lang >= 0 else "none"
                 wanted = self.limits["languages"]
@@ -151,6 +215,7 @@ class QualityResult:
         counts: dict[str, int] = {}
         for r in self.rule[self.rule >= 0]:
             name, _, key, _ = RULES[r]
+            key = name if r >= PRESET_BASE else key
             counts[key] = counts.get(key, 0) + 1
         return {"dropped": int(self.failed.sum()), "by_rule": dict(sorted(counts.items()))}
 
@@ -164,6 +229,7 @@ class QualityGate:
     def __init__(self, cfg: QualityConfig, model: str | None = None):
         self.cfg = cfg
         self.rules = active_rules(cfg) if cfg.enabled else []
+        self.presets = preset_rules(cfg.preset) if cfg.enabled else []
         self.language = None
         if cfg.language_id:
             from .language import load_model
@@ -178,18 +244,20 @@ class QualityGate:
 
     @property
     def active(self) -> bool:
-        return bool(self.rules) or self.language is not None
+        return bool(self.rules or self.presets) or self.language is not None
 
     def run(self, ddf):
         columns = dict(_qrule=np.array([], np.int16), _qvalue=np.array([], np.float64))
         if self.language is not None:
             columns.update(_lang=np.array([], np.int16), _lang_score=np.array([], np.float32))
-        return ddf.map_partitions(quality_partition, self.rules, self.language, meta=ddf._meta.assign(**columns))
+        return ddf.map_partitions(quality_partition, self.rules, self.language, self.presets,
+                                  meta=ddf._meta.assign(**columns))
 
     def limits(self) -> dict:
         """config key -> limit of every rule (``QualityResult.limits``), and the model's labels when languages
         are identified."""
-        out = {key: getattr(self.cfg, key) for _, _, key, _ in RULES}
+        out = {key: getattr(self.cfg, key) for _, _, key, _ in RULES[:PRESET_BASE]}
+        out["preset"] = self.cfg.preset
         if self.language is not None:
             from .language import load_model
             model = load_model(self.language.model)
