@@ -140,6 +140,19 @@ def test_presets_in_a_run(tmp_path):
     assert ann.loc[len(texts) - 2, "drop_reason"].startswith("quality: gopher_short_doc")  # a text without words
     assert ann.loc[3, "drop_reason"] == f"quality: gopher_short_doc {VALUES[3][1][0]:g} < 50 (preset gopher)"
     assert all(r.startswith("quality: ") and "(preset " in r for r in dropped["drop_reason"])
+    # one report per rule: its drops, the histogram of its value over the documents, the first dropped texts
+    rules = {r["rule"]: r for r in quality["rules"]}
+    assert set(rules) == names
+    for name, r in rules.items():
+        assert r["dropped"] == quality["by_rule"].get(name, 0)
+        assert len(r["histogram"]["counts"]) == 40 and sum(r["histogram"]["counts"]) <= len(texts)
+        ids = [x["doc_id"] for x in r["samples"]]
+        assert len(ids) == min(3, r["dropped"])
+        assert all(dropped.loc[int(i), "drop_reason"].startswith(f"quality: {name} ") for i in ids)
+        assert all(texts[int(x["doc_id"])].startswith(x["text"]) for x in r["samples"])
+    assert sum(rules["gopher_short_doc"]["histogram"]["counts"]) == len(texts)  # every text has a word count
+    html = (tmp_path / "o" / "report.html").read_text()
+    assert "<h2>Quality rules</h2>" in html and "<h3>gopher_short_doc (preset gopher)" in html
     run([str(src)], tmp_path / "c4", overrides={**Q, "quality.preset": ["c4"]})
     c4 = read_annotations(tmp_path / "c4").set_index("doc_id")
     assert c4.loc[3, "drop_reason"] == "quality: lorem_ipsum 1 > 0.5 (preset c4)"

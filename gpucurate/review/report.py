@@ -251,6 +251,10 @@ def build_report(run_dir: str | Path, samples: ClusterSamples | None = None) -> 
              f"{summary['wall_time_s']:.1f} s wall ({summary['docs_per_s'] or 0:,.0f} docs/s)</p>",
              "<h2>Documents per stage</h2>", _table(_funnel(summary), ["stage", "dropped", "remaining"])]
 
+    quality = summary["stages"].get("quality", {})
+    if quality.get("rules"):
+        parts.append("<h2>Quality rules</h2>" + _quality_section(quality))
+
     parts.append("<h2>Cluster sizes</h2>")
     if samples.n_clusters:
         parts.append(f"<p>{samples.n_clusters:,} clusters of 2 or more documents; the largest has "
@@ -314,6 +318,30 @@ def build_report(run_dir: str | Path, samples: ClusterSamples | None = None) -> 
              "li{margin:.3em 0}svg{max-width:100%;height:auto}")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>gpucurate report</title>"
             f"<style>{style}</style></head><body>{''.join(parts)}</body></html>")
+
+
+def _quality_section(stats: dict) -> str:
+    """Each quality rule that ran: the documents it dropped, the histogram of its value with the limit
+    marked, and the first texts it dropped."""
+    rows = [{"rule": r["rule"], "from": r["source"], "fails when": r["fails_when"], "dropped": r["dropped"]}
+            for r in stats["rules"]]
+    out = [_table(rows, ["rule", "from", "fails when", "dropped"])]
+    if stats.get("languages"):
+        out.append("<p>Languages: " + html.escape(", ".join(f"{k} {v:,}" for k, v in stats["languages"].items()))
+                   + "</p>")
+    for r in stats["rules"]:
+        h = r["histogram"]
+        counts = np.asarray(h["counts"], dtype=np.int64)
+        if not counts.any():
+            continue
+        edges = np.linspace(h["low"], h["high"], len(counts) + 1)
+        out.append(f"<h3>{html.escape(r['rule'])} ({html.escape(r['source'])}): {r['dropped']:,} dropped</h3>"
+                   + _svg_histogram(counts, edges, f"{r['rule']} (values past the axis in the end bars)", "documents",
+                                    marker=r["limit"], marker_label=f"fails {r['fails_when']}"))
+        if r["samples"]:
+            out.append("<ul>" + "".join(f"<li><b>{html.escape(str(x['doc_id']))}</b>: {html.escape(x['text'])}</li>"
+                                        for x in r["samples"]) + "</ul>")
+    return "".join(out)
 
 
 def _substrings_section(stats: dict) -> str:

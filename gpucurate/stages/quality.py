@@ -19,6 +19,7 @@ import pandas as pd
 
 from ..config import QualityConfig
 from ..engine.clock import task_clock
+from ..engine.partitions import Carried
 from ..errors import ConfigError
 from ..kernels.gates import QUALITY_STATS, quality_stats
 from ..kernels.hashing import padded_words
@@ -121,13 +122,43 @@ class LanguageRule:
         return labels, scores, ~kept[labels] | (scores < self.min_score)
 
 
-def _apply(rules: list, stats: np.ndarray, failed: np.ndarray, value: np.ndarray) -> None:
+#: bins of each rule's histogram in summary.json and report.html, and the dropped texts kept per rule
+HIST_BINS = 40
+SAMPLES_PER_RULE = 3
+SAMPLE_CHARS = 400
+
+
+def rule_range(limit: float) -> tuple[float, float]:
+    """The range of a rule's histogram: [0, 1] for fractions, else [0, twice the limit]; values past it
+    count in the end bins."""
+    return (0.0, 1.0) if limit <= 1 else (0.0, 2.0 * limit)
+
+
+def _histogram(values: np.ndarray, limit: float) -> np.ndarray:
+    """``int64[HIST_BINS]`` counts of ``values`` (NaN, where the rule does not apply, left out)."""
+    low, high = rule_range(limit)
+    v = np.clip(values[~np.isnan(values)], low, high)
+    return np.bincount(np.minimum(((v - low) / (high - low) * HIST_BINS).astype(np.int64), HIST_BINS - 1),
+                       minlength=HIST_BINS)
+
+
+def _apply(rules: list, stats: np.ndarray, failed: np.ndarray, value: np.ndarray, hists: dict) -> None:
     """Mark the documents failing ``rules`` (``(index, name, column, op, limit)``), the first in order
-    winning over the later ones and over what ``failed`` held."""
+    winning over the later ones and over what ``failed`` held; each rule's histogram into ``hists``."""
     for r, _, col, op, limit in reversed(rules):
         bad = stats[:, col] < limit if op == "<" else stats[:, col] > limit
         failed[bad] = r
         value[bad] = stats[bad, col]
+        hists[r] = _histogram(stats[:, col], limit)
+
+
+def _samples(failed: np.ndarray, ords: np.ndarray, texts: pa.Array) -> dict:
+    """rule -> the first ``SAMPLES_PER_RULE`` documents it dropped: (order key, text's first characters)."""
+    out = {}
+    for r in np.unique(failed[failed >= 0]).tolist():
+        rows = np.flatnonzero(failed == r)[:SAMPLES_PER_RULE]
+        out[r] = [(int(ords[i]), texts[int(i)].as_py()[:SAMPLE_CHARS]) for i in rows]
+    return out
 
 
 def quality_partition(df: pd.DataFrame, rules: list, language: LanguageRule | None = None,
@@ -140,28 +171,35 @@ def quality_partition(df: pd.DataFrame, rules: list, language: LanguageRule | No
     n = len(df)
     failed = np.full(n, -1, np.int16)
     value = np.zeros(n, np.float64)
+    hists: dict = {}
+    samples: dict = {}
     if n and (rules or language is not None or presets):
         texts = df["_text"].array._pa_array
         offsets, data = arrow_buffers(texts)
         if presets:
             from ..kernels.words import preset_stats, word_tables
             with task_clock("quality presets"):
-                _apply(presets, preset_stats(offsets, data, *word_tables().stats_arrays()), failed, value)
+                _apply(presets, preset_stats(offsets, data, *word_tables().stats_arrays()), failed, value, hists)
         if rules:
             with task_clock("quality rules"):
                 stats = quality_stats(offsets, data, padded_words(data))
-            _apply(rules, stats, failed, value)
+            _apply(rules, stats, failed, value, hists)
         if language is not None:
             with task_clock("language identification"):
                 labels, scores, bad = language.identify(texts)
             failed[bad] = LANGUAGE_RULE
             value[bad] = scores[bad]
+            if language.keep is not None:
+                hists[LANGUAGE_RULE] = _histogram(np.where(labels >= 0, scores, np.nan).astype(np.float64),
+                                                  language.min_score)
+        samples = _samples(failed, df["_ord"].to_numpy(), texts)
     out["_qrule"] = failed
     out["_qvalue"] = value
     if language is not None:
         out["_lang"] = labels if n else np.empty(0, np.int16)
         out["_lang_score"] = scores if n else np.empty(0, np.float32)
     out.attrs = dict(df.attrs)
+    out.attrs["quality"] = Carried(histograms=hists, samples=samples)
     return out
 
 
@@ -218,6 +256,39 @@ class QualityResult:
             key = name if r >= PRESET_BASE else key
             counts[key] = counts.get(key, 0) + 1
         return {"dropped": int(self.failed.sum()), "by_rule": dict(sorted(counts.items()))}
+
+
+def rule_report(parts: list[dict], limits: dict) -> list[dict]:
+    """``summary.json``'s ``stages.quality.rules``: for each rule that ran, its limit, the documents it
+    dropped (as the first rule they failed), the histogram of its value over every document and the first
+    dropped texts. ``parts``: each partition's ``{"histograms", "samples", "dropped"}`` (samples with their
+    ``doc_id``); ``limits``: ``QualityGate.limits``."""
+    hists: dict[int, np.ndarray] = {}
+    samples: dict[int, list] = {}
+    dropped: dict[int, int] = {}
+    for part in parts:
+        for r, counts in part["histograms"].items():
+            hists[r] = hists.get(r, 0) + counts
+        for r, found in part["samples"].items():
+            samples[r] = sorted(samples.get(r, []) + found)[:SAMPLES_PER_RULE]
+        for r, k in part["dropped"].items():
+            dropped[r] = dropped.get(r, 0) + k
+    out = []
+    for r in sorted(hists):
+        name, _, key, op = RULES[r]
+        if r >= PRESET_BASE:
+            source, _, _, op, limit = PRESET_RULES[r - PRESET_BASE]
+            source = f"preset {source}"
+        elif r == LANGUAGE_RULE:
+            source, op, limit = "languages", "<", limits["min_language_score"]
+        else:
+            source, limit = key, limits[key]
+        low, high = rule_range(limit)
+        out.append({"rule": name, "source": source, "fails_when": f"{op} {limit:g}", "limit": limit,
+                    "dropped": dropped.get(r, 0),
+                    "histogram": {"low": low, "high": high, "counts": hists[r].tolist()},
+                    "samples": [{"doc_id": doc, "text": text} for _, doc, text in samples.get(r, [])]})
+    return out
 
 
 class QualityGate:

@@ -38,10 +38,10 @@ from ..stages.exact import ExactDedup
 from ..stages.fuzzy import FuzzyDedup, FuzzyResult
 from ..stages.normalize import Normalize
 from ..stages.paragraphs import ParagraphDedup
-from ..stages.quality import QualityGate, QualityResult
+from ..stages.quality import QualityGate, QualityResult, rule_report
 from ..stages.substrings import SubstringDedup, span_samples
 from ..stages.semantic import SemanticDedup, SemanticResult, semantic_enabled, write_embeddings
-from ..stages.table import DocParts, RowKeys
+from ..stages.table import DocParts, RowKeys, id_array
 
 log = logging.getLogger("gpucurate")
 
@@ -342,7 +342,8 @@ def prepare(narrow_ddf, cfg: Config, executor: Executor, backend, describe=None,
 
 
 def _quality_columns(state: dict, first_row: int, df) -> dict:
-    out = {"qrule": df["_qrule"].to_numpy().astype(np.int16), "qvalue": df["_qvalue"].to_numpy()}
+    out = {"qrule": df["_qrule"].to_numpy().astype(np.int16), "qvalue": df["_qvalue"].to_numpy(),
+           "qreport": df.attrs["quality"]}
     if "_lang" in df:
         out.update(lang=df["_lang"].to_numpy().astype(np.int16), lang_score=df["_lang_score"].to_numpy())
     return out
@@ -407,7 +408,7 @@ def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Tim
         with timer("substrings"):
             table, substrings = prep.substring_stage.collect(ddf, table, kept, executor,
                                                              functools.partial(apply_substrings, out=cfg.output))
-    counts = partition_counts(table, executor, exact_duplicates, prep.quality_limits is not None)
+    counts = partition_counts(table, executor, exact_duplicates, prep.quality_limits)
     if prep.quality_limits is not None and "language_model" in prep.quality_limits:
         counts["quality"]["language_model"] = prep.quality_limits["language_model"]
     return DedupResult(table, fuzzy, semantic, counts.pop("quality"), prep.quality_limits, contamination,
@@ -444,9 +445,10 @@ def _still_canonical(state: dict, first_row: int) -> np.ndarray:
     return use
 
 
-def partition_counts(table: DocParts, executor: Executor, exact_duplicates: int, quality: bool) -> dict:
-    """The run-wide counts of the summary, summed from each partition's; ``quality``: the stats of the
-    quality rules (``QualityResult.stats``) when they are set, else None."""
+def partition_counts(table: DocParts, executor: Executor, exact_duplicates: int, quality: dict | None) -> dict:
+    """The run-wide counts of the summary, summed from each partition's; ``quality``: the quality rules'
+    limits (``QualityGate.limits``) when they ran, and then their stats (``QualityResult.stats``) and
+    report (``quality.rule_report``), else None."""
     parts = executor.compute(table.map(_counts), "count")
     counts = {"documents": table.n, "text_bytes": table.text_bytes, "exact_duplicates": exact_duplicates,
               "empty_texts": int(sum(p["empty_texts"] for p in parts)), "kept": int(sum(p["kept"] for p in parts))}
@@ -456,6 +458,8 @@ def partition_counts(table: DocParts, executor: Executor, exact_duplicates: int,
             by_rule[key] = by_rule.get(key, 0) + k
     counts["quality"] = {"dropped": int(sum(by_rule.values())), "by_rule": dict(sorted(by_rule.items()))} \
         if quality else None
+    if quality:
+        counts["quality"]["rules"] = rule_report([p["quality_report"] for p in parts], quality)
     if any("languages" in p for p in parts):  # documents per identified language, the most frequent first
         languages: dict[str, int] = {}
         for p in parts:
@@ -469,6 +473,15 @@ def _counts(state: dict, first_row: int) -> dict:
     by_rule = QualityResult(state["qrule"], state["qvalue"], {}).stats()["by_rule"] if "qrule" in state else {}
     keep = np.asarray(state["annotations"].column("keep"))
     out = {"empty_texts": int(state["empty"].sum()), "kept": int(keep.sum()), "by_rule": by_rule}
+    if "qreport" in state:  # the rules' histograms, and the ids of their sample documents
+        report = state["qreport"]
+        ords = state["ord"]
+        ids = id_array(state["id"]).cast(pa.string())
+        rules, dropped = np.unique(state["qrule"][state["qrule"] >= 0], return_counts=True)
+        out["quality_report"] = {
+            "histograms": report["histograms"], "dropped": dict(zip(rules.tolist(), dropped.tolist())),
+            "samples": {r: [(o, ids[int(np.searchsorted(ords, o))].as_py(), text) for o, text in found]
+                        for r, found in report["samples"].items()}}
     if "lang" in state:
         out["languages"] = pc.value_counts(pc.fill_null(state["annotations"].column("lang"), "none")) \
             .to_pylist()
