@@ -447,6 +447,23 @@ def chunk_tokens(cps, a, b, flags, slots, case_offsets, case_cps, piece_offsets,
                  unit_cps, starts, ends, n, suffix_stack):
     """Append the tokens of the chunk ``cps[a:b]`` (no whitespace) to ``starts``/``ends`` (code point
     offsets) from index ``n``; return the new count. ``suffix_stack``: scratch of at least ``b - a`` ints."""
+    # a chunk of ASCII letters only, or of digits only (most of them): no affix, infix or URL can apply
+    letters = True
+    digits = True
+    for q in range(a, b):
+        c = cps[q]
+        if not (65 <= c <= 90 or 97 <= c <= 122):
+            letters = False
+        if not _digit(c):
+            digits = False
+        if not letters and not digits:
+            break
+    if digits:
+        return _emit(starts, ends, n, a, b)
+    if letters:
+        k = _case(cps, a, b, slots, case_offsets, case_cps)
+        return _emit_case(k, a, piece_offsets, piece_lengths, starts, ends, n) if k >= 0 else \
+            _emit(starts, ends, n, a, b)
     first = n
     chunk_end = b
     k = _case(cps, a, b, slots, case_offsets, case_cps)  # the case spelled by cps[a:b] as it is now
@@ -801,6 +818,9 @@ def _c4(cps, m, flags, tables, phrase_offsets, phrase_cps, ts, te, k, line, star
             t += 1
         if b <= a:
             continue
+        end = cps[b - 1]  # the line ends in terminal punctuation, or in a citation that may hide one
+        if not (end == 46 or end == 63 or end == 33 or end == 34 or end == 39 or end == 93):
+            continue
         words = 0  # the line's words (str.split), before citations go; none may pass 1000 characters
         longest = 0
         q = a
@@ -914,6 +934,8 @@ def preset_stats(offsets, data, flags, slots, case_offsets, case_cps, piece_offs
     tok_key = np.empty(longest, np.uint64)
     tok_poly = np.empty(longest, np.uint64)
     tok_pow = np.empty(longest, np.uint64)
+    gram_key = np.empty(longest, np.uint64)
+    gram_len = np.empty(longest, np.int64)
     size = 16
     while size < 2 * longest:
         size *= 2
@@ -1015,8 +1037,12 @@ def preset_stats(offsets, data, flags, slots, case_offsets, case_cps, piece_offs
         out[d, 10] = dup / nl_
         if m:
             out[d, 11] = chars / m
-        # the most frequent word 2-, 3-, 4-gram (joined by spaces): its characters times its count
+        # the most frequent word 2-, 3-, 4-gram (joined by spaces): its characters times its count; the n-gram
+        # at i extends the (n - 1)-gram at i by one word
         mask = _mask_for(k, keys.shape[0])
+        for i in range(k):
+            gram_key[i] = tok_key[i]
+            gram_len[i] = te[i] - ts[i]
         for n in range(2, 5):
             col = 10 + n
             if k - n + 1 <= 0:
@@ -1027,12 +1053,11 @@ def preset_stats(offsets, data, flags, slots, case_offsets, case_cps, piece_offs
             best_first = 0
             best_len = 0
             for i in range(k - n + 1):
-                h = np.uint64(n)
-                length = n - 1
-                for t in range(i, i + n):
-                    h = _mix(h * _B + tok_key[t])
-                    length += te[t] - ts[t]
-                slot, new = _insert(keys, vals, stamp, now, h, mask)
+                h = _mix(gram_key[i] * _B + tok_key[i + n - 1])
+                length = gram_len[i] + 1 + te[i + n - 1] - ts[i + n - 1]
+                gram_key[i] = h
+                gram_len[i] = length
+                slot, new = _insert(keys, vals, stamp, now, h ^ np.uint64(n), mask)
                 if new:
                     first[slot] = i
                     lens[slot] = length
@@ -1041,20 +1066,24 @@ def preset_stats(offsets, data, flags, slots, case_offsets, case_cps, piece_offs
                 if c > best_count or (c == best_count and first[slot] < best_first):
                     best_count, best_first, best_len = c, first[slot], lens[slot]
             out[d, col] = best_len * best_count / m
-        # duplicated 5- to 10-grams (joined without spaces), each repeat skipping its own words
-        for n in range(5, 11):
+        # duplicated 5- to 10-grams (joined without spaces), each repeat skipping its own words; the hash of
+        # a concatenation extends by one word at a time too
+        for i in range(k):
+            gram_key[i] = tok_poly[i]
+            gram_len[i] = te[i] - ts[i]
+        for n in range(2, 11):
+            for i in range(k - n + 1):
+                gram_key[i] = gram_key[i] * tok_pow[i + n - 1] + tok_poly[i + n - 1]
+                gram_len[i] += te[i + n - 1] - ts[i + n - 1]
+            if n < 5:
+                continue
             col = 10 + n
             now += 1
             repeated = 0
             i = 0
             while i < k - n + 1:
-                h = np.uint64(0)
-                length = 0
-                for t in range(i, i + n):
-                    h = h * tok_pow[t] + tok_poly[t]
-                    length += te[t] - ts[t]
-                h = _mix(h ^ np.uint64(length))
-                slot, new = _insert(keys, vals, stamp, now, h, mask)
+                length = gram_len[i]
+                slot, new = _insert(keys, vals, stamp, now, _mix(gram_key[i] ^ np.uint64(length)), mask)
                 if not new:
                     repeated += length
                     i += n
