@@ -873,18 +873,8 @@ def _c4(cps, m, flags, tables, phrase_offsets, phrase_cps, ts, te, k, line, star
                 t1 += 1
             sentences += _sentences(cps, ts, te, t, t1, flags)
         else:
-            kn = 0
-            q = 0
-            while q < n:
-                if flags[line[q]] & SPACE:
-                    q += 1
-                    continue
-                r = q
-                while r < n and not (flags[line[r]] & SPACE):
-                    r += 1
-                kn = chunk_tokens(line, q, r, flags, slots, case_offsets, case_cps, piece_offsets, piece_lengths,
-                                  unit_offsets, unit_cps, starts, ends, kn, scratch)
-                q = r
+            kn = text_tokens(line, n, flags, slots, case_offsets, case_cps, piece_offsets, piece_lengths, unit_offsets,
+                             unit_cps, starts, ends, scratch)
             sentences += _sentences(line, starts, ends, 0, kn, flags)
     return sentences, 0.0, 0.0
 
@@ -936,9 +926,7 @@ def preset_stats(offsets, data, flags, slots, case_offsets, case_cps, piece_offs
     tok_pow = np.empty(longest, np.uint64)
     gram_key = np.empty(longest, np.uint64)
     gram_len = np.empty(longest, np.int64)
-    size = 16
-    while size < 2 * longest:
-        size *= 2
+    size = _mask_for(longest, 1 << 62) + 1  # a text's tables use the first slots of these
     keys = np.empty(size, np.uint64)
     vals = np.empty(size, np.int64)
     first = np.empty(size, np.int64)
