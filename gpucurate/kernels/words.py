@@ -447,10 +447,11 @@ def chunk_tokens(cps, a, b, flags, slots, case_offsets, case_cps, piece_offsets,
                  unit_cps, starts, ends, n, suffix_stack):
     """Append the tokens of the chunk ``cps[a:b]`` (no whitespace) to ``starts``/``ends`` (code point
     offsets) from index ``n``; return the new count. ``suffix_stack``: scratch of at least ``b - a`` ints."""
-    # a chunk of ASCII letters only, or of digits only (most of them): no affix, infix or URL can apply
+    # most chunks are ASCII letters only, digits only, or letters and one closing , ; : ! ? or .: no prefix,
+    # infix or URL applies, and only that last character can come off
     letters = True
     digits = True
-    for q in range(a, b):
+    for q in range(a, b - 1):
         c = cps[q]
         if not (65 <= c <= 90 or 97 <= c <= 122):
             letters = False
@@ -458,12 +459,24 @@ def chunk_tokens(cps, a, b, flags, slots, case_offsets, case_cps, piece_offsets,
             digits = False
         if not letters and not digits:
             break
-    if digits:
+    c = cps[b - 1]
+    if digits and _digit(c):
         return _emit(starts, ends, n, a, b)
-    if letters:
+    if letters and b - a >= 2 and (c == 44 or c == 59 or c == 58 or c == 33 or c == 63 or c == 46 or
+                                   65 <= c <= 90 or 97 <= c <= 122):
         k = _case(cps, a, b, slots, case_offsets, case_cps)
-        return _emit_case(k, a, piece_offsets, piece_lengths, starts, ends, n) if k >= 0 else \
-            _emit(starts, ends, n, a, b)
+        if k >= 0:
+            return _emit_case(k, a, piece_offsets, piece_lengths, starts, ends, n)
+        split = c == 44 or c == 59 or c == 58 or c == 33 or c == 63
+        if c == 46:  # a period after a lower-case letter or two capitals
+            before = cps[b - 2]
+            split = 97 <= before <= 122 or (b - a >= 3 and 65 <= before <= 90 and 65 <= cps[b - 3] <= 90)
+        if not split:
+            return _emit(starts, ends, n, a, b)
+        k = _case(cps, a, b - 1, slots, case_offsets, case_cps)
+        n = _emit_case(k, a, piece_offsets, piece_lengths, starts, ends, n) if k >= 0 else \
+            _emit(starts, ends, n, a, b - 1)
+        return _emit(starts, ends, n, b - 1, b)
     first = n
     chunk_end = b
     k = _case(cps, a, b, slots, case_offsets, case_cps)  # the case spelled by cps[a:b] as it is now
@@ -672,8 +685,8 @@ def _span_hash(cps, a, b):
 def _insert(keys, vals, stamp, now, key, mask):
     """Open addressing over the first ``mask + 1`` slots (a power of two: a text's table stays as small as its
     text, in cache): the slot of ``key`` (a 64-bit hash), new when ``stamp[slot] != now``; return
-    ``(slot, is_new)``."""
-    s = np.int64(_mix(key) & np.uint64(mask))
+    ``(slot, is_new)``; keys are mixed already."""
+    s = np.int64(key & np.uint64(mask))
     while stamp[s] == now:
         if keys[s] == key:
             return s, False
