@@ -62,6 +62,11 @@ class Timer:
             yield stage
         self.times[name] = round(self.times.get(name, 0.0) + time.perf_counter() - start, 4)
 
+    def memory_of(self, name: str):
+        """Count the block's memory to stage ``name`` (``summary.json``'s ``memory.stages``) without timing it:
+        work between two timed stages that loads their states back."""
+        return self.peaks.stage(name) if self.peaks is not None else nullcontext()
+
     @contextmanager
     def step(self, stage: str, name: str):
         """Time one part of ``stage`` (a block inside that stage's own ``with timer(stage)``)."""
@@ -399,7 +404,8 @@ def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Tim
                                prep.quality_limits, fuzzy.score_kind if fuzzy is not None else "jaccard")
     paragraphs = substrings = None
     if cfg.paragraphs.enabled or cfg.substrings.enabled:  # both count the documents kept by annotation
-        kept = executor.persist_tasks(table.map(_kept), "kept documents")
+        with timer.memory_of("annotate"):
+            kept = executor.persist_tasks(table.map(_kept), "kept documents")
     if cfg.paragraphs.enabled:
         with timer("paragraphs"):
             table, paragraphs = prep.paragraph_stage.collect(ddf, table, kept, executor,
@@ -408,7 +414,8 @@ def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Tim
         with timer("substrings"):
             table, substrings = prep.substring_stage.collect(ddf, table, kept, executor,
                                                              functools.partial(apply_substrings, out=cfg.output))
-    counts = partition_counts(table, executor, exact_duplicates, prep.quality_limits)
+    with timer.memory_of("annotate"):  # the counts read the annotated states back (spilled ones too)
+        counts = partition_counts(table, executor, exact_duplicates, prep.quality_limits)
     if prep.quality_limits is not None and "language_model" in prep.quality_limits:
         counts["quality"]["language_model"] = prep.quality_limits["language_model"]
     return DedupResult(table, fuzzy, semantic, counts.pop("quality"), prep.quality_limits, contamination,
