@@ -916,10 +916,10 @@ def _lines_split(cps, a, b, starts, ends, min_breaks):
 
 @njit(nogil=True, cache=True)
 def preset_stats(offsets, data, flags, slots, case_offsets, case_cps, piece_offsets, piece_lengths, unit_offsets,
-                 unit_cps, phrase_offsets, phrase_cps):
+                 unit_cps, phrase_offsets, phrase_cps, gopher=True, c4=True, fineweb=True):
     """``float64[n, len(PRESET_STATS)]``: datatrove's values of its Gopher, FineWeb and C4 filters for each
-    text (NaN where datatrove would divide by zero: the rule does not apply). Lengths are in code points, as
-    Python's ``len``."""
+    text (NaN where datatrove would divide by zero: the rule does not apply; the columns of a preset not
+    asked for stay NaN). Lengths are in code points, as Python's ``len``."""
     tables = (slots, case_offsets, case_cps, piece_offsets, piece_lengths, unit_offsets, unit_cps)
     n_docs = offsets.shape[0] - 1
     out = np.full((n_docs, 29), np.nan)
@@ -950,186 +950,189 @@ def preset_stats(offsets, data, flags, slots, case_offsets, case_cps, piece_offs
         m = decode_utf8(data, offsets[d], offsets[d + 1], cps, byte_at)
         k = text_tokens(cps, m, flags, slots, case_offsets, case_cps, piece_offsets, piece_lengths, unit_offsets,
                         unit_cps, ts, te, scratch)
-        # Gopher quality: words that are not all punctuation, their mean length, words with a letter, stop words
-        nonsym = 0
-        nonsym_chars = 0
-        alpha = 0
-        stop_bits = 0
-        for t in range(k):
-            s, e = ts[t], te[t]
-            symbol = True
-            letter = False
-            for q in range(s, e):
-                f = flags[cps[q]]
-                if not (f & PUNCT):
-                    symbol = False
-                if f & ALPHA:
-                    letter = True
-            if not symbol:
-                nonsym += 1
-                nonsym_chars += e - s
-            if letter:
-                alpha += 1
-            if e - s <= 4:
-                for w in range(8):
-                    if _is_phrase(cps, s, e, w, phrase_offsets, phrase_cps):
-                        stop_bits |= 1 << w
-            poly = _span_hash(cps, s, e)
-            tok_poly[t] = poly
-            tok_key[t] = _mix(poly ^ np.uint64(e - s))
-            p = np.uint64(1)
-            for q in range(e - s):
-                p *= _B
-            tok_pow[t] = p
-        out[d, 0] = nonsym
-        if nonsym:
-            out[d, 1] = nonsym_chars / nonsym
-        hashes = 0
-        ellipses = 0
-        q = 0
-        while q < m:
-            c = cps[q]
-            if c == 35:
-                hashes += 1
-            elif c == 0x2026:
-                ellipses += 1
-            elif c == 46 and q + 2 < m and cps[q + 1] == 46 and cps[q + 2] == 46:
-                ellipses += 1
-                q += 3
-                continue
-            q += 1
-        if k:
-            out[d, 2] = hashes / k
-            out[d, 3] = ellipses / k
-            out[d, 6] = alpha / k
-        out[d, 7] = (stop_bits & 1) + (stop_bits >> 1 & 1) + (stop_bits >> 2 & 1) + (stop_bits >> 3 & 1) + \
-            (stop_bits >> 4 & 1) + (stop_bits >> 5 & 1) + (stop_bits >> 6 & 1) + (stop_bits >> 7 & 1)
-        # lines of str.splitlines: bullets after left whitespace, ellipses before right whitespace
-        nlines = 0
-        bullets = 0
-        end_ellipsis = 0
-        i = 0
-        while i < m:
-            j = i
-            while j < m and not _is_line_break(cps[j]):
-                j += 1
-            nlines += 1
-            a, b = _strip(cps, i, j, flags)
-            if b > a and (cps[a] == 0x2022 or cps[a] == 45):
-                bullets += 1
-            if b > a and (cps[b - 1] == 0x2026 or (b - a >= 3 and cps[b - 1] == 46 and cps[b - 2] == 46
-                                                   and cps[b - 3] == 46)):
-                end_ellipsis += 1
-            i = j + 2 if j + 1 < m and cps[j] == 13 and cps[j + 1] == 10 else j + 1
-        if nlines:
-            out[d, 4] = bullets / nlines
-            out[d, 5] = end_ellipsis / nlines
-        # Gopher repetition: paragraphs (of the stripped text) and lines, repeated elements and characters
-        a, b = _strip(cps, 0, m, flags)
-        np_ = _lines_split(cps, a, b, es, ee, 2)
-        now += 1
-        dup, chars = _count_dups(cps, es, ee, np_, keys, vals, stamp, now)
-        out[d, 8] = dup / np_
-        if m:
-            out[d, 9] = chars / m
-        nl_ = _lines_split(cps, 0, m, es, ee, 1)
-        now += 1
-        dup, chars = _count_dups(cps, es, ee, nl_, keys, vals, stamp, now)
-        out[d, 10] = dup / nl_
-        if m:
-            out[d, 11] = chars / m
-        # the most frequent word 2-, 3-, 4-gram (joined by spaces): its characters times its count; the n-gram
-        # at i extends the (n - 1)-gram at i by one word
-        mask = _mask_for(k, keys.shape[0])
-        for i in range(k):
-            gram_key[i] = tok_key[i]
-            gram_len[i] = te[i] - ts[i]
-        for n in range(2, 5):
-            col = 10 + n
-            if k - n + 1 <= 0:
-                out[d, col] = 0.0
-                continue
-            now += 1
-            best_count = 0
-            best_first = 0
-            best_len = 0
-            for i in range(k - n + 1):
-                h = _mix(gram_key[i] * _B + tok_key[i + n - 1])
-                length = gram_len[i] + 1 + te[i + n - 1] - ts[i + n - 1]
-                gram_key[i] = h
-                gram_len[i] = length
-                slot, new = _insert(keys, vals, stamp, now, h ^ np.uint64(n), mask)
-                if new:
-                    first[slot] = i
-                    lens[slot] = length
-                vals[slot] += 1
-                c = vals[slot]
-                if c > best_count or (c == best_count and first[slot] < best_first):
-                    best_count, best_first, best_len = c, first[slot], lens[slot]
-            out[d, col] = best_len * best_count / m
-        # duplicated 5- to 10-grams (joined without spaces), each repeat skipping its own words; the hash of
-        # a concatenation extends by one word at a time too
-        for i in range(k):
-            gram_key[i] = tok_poly[i]
-            gram_len[i] = te[i] - ts[i]
-        for n in range(2, 11):
-            for i in range(k - n + 1):
-                gram_key[i] = gram_key[i] * tok_pow[i + n - 1] + tok_poly[i + n - 1]
-                gram_len[i] += te[i + n - 1] - ts[i + n - 1]
-            if n < 5:
-                continue
-            col = 10 + n
-            now += 1
-            repeated = 0
-            i = 0
-            while i < k - n + 1:
-                length = gram_len[i]
-                slot, new = _insert(keys, vals, stamp, now, _mix(gram_key[i] ^ np.uint64(length)), mask)
-                if not new:
-                    repeated += length
-                    i += n
-                else:
-                    i += 1
-            if m:
-                out[d, col] = repeated / m
-        # FineWeb: the non-blank lines of text.split("\n")
-        newlines = 0
-        for q in range(m):
-            if cps[q] == 10:
-                newlines += 1
-        kept = 0
-        s = 0
-        while s <= m:  # every "\n" ends a line (runs of them give empty ones)
-            e = s
-            while e < m and cps[e] != 10:
-                e += 1
-            a, b = _strip(cps, s, e, flags)
-            if b > a:
-                es[kept], ee[kept] = s, e
-                kept += 1
-            s = e + 1
-        out[d, 21] = kept
-        if kept:
-            punct = 0
-            short = 0
-            for t in range(kept):
-                if flags[cps[ee[t] - 1]] & STERM:
-                    punct += 1
-                if ee[t] - es[t] <= 30:
-                    short += 1
-            out[d, 22] = punct / kept
-            out[d, 23] = short / kept
-            now += 1
-            _, chars = _count_dups(cps, es, ee, kept, keys, vals, stamp, now)
-            if m - newlines:
-                out[d, 24] = chars / (m - newlines)
+        if gopher:
+            # Gopher quality: words that are not all punctuation, their mean length, words with a letter, stop words
+            nonsym = 0
+            nonsym_chars = 0
+            alpha = 0
+            stop_bits = 0
+            for t in range(k):
+                s, e = ts[t], te[t]
+                symbol = True
+                letter = False
+                for q in range(s, e):
+                    f = flags[cps[q]]
+                    if not (f & PUNCT):
+                        symbol = False
+                    if f & ALPHA:
+                        letter = True
+                if not symbol:
+                    nonsym += 1
+                    nonsym_chars += e - s
+                if letter:
+                    alpha += 1
+                if e - s <= 4:
+                    for w in range(8):
+                        if _is_phrase(cps, s, e, w, phrase_offsets, phrase_cps):
+                            stop_bits |= 1 << w
+                poly = _span_hash(cps, s, e)
+                tok_poly[t] = poly
+                tok_key[t] = _mix(poly ^ np.uint64(e - s))
+                p = np.uint64(1)
+                for q in range(e - s):
+                    p *= _B
+                tok_pow[t] = p
+            out[d, 0] = nonsym
+            if nonsym:
+                out[d, 1] = nonsym_chars / nonsym
+            hashes = 0
+            ellipses = 0
+            q = 0
+            while q < m:
+                c = cps[q]
+                if c == 35:
+                    hashes += 1
+                elif c == 0x2026:
+                    ellipses += 1
+                elif c == 46 and q + 2 < m and cps[q + 1] == 46 and cps[q + 2] == 46:
+                    ellipses += 1
+                    q += 3
+                    continue
+                q += 1
             if k:
-                out[d, 25] = newlines / k
-            elif newlines:
-                out[d, 25] = np.inf
-        sentences, lorem, curly = _c4(cps, m, flags, tables, phrase_offsets, phrase_cps, ts, te, k, line, es, ee,
-                                      scratch)
-        out[d, 26] = sentences
-        out[d, 27] = lorem
-        out[d, 28] = curly
+                out[d, 2] = hashes / k
+                out[d, 3] = ellipses / k
+                out[d, 6] = alpha / k
+            out[d, 7] = (stop_bits & 1) + (stop_bits >> 1 & 1) + (stop_bits >> 2 & 1) + (stop_bits >> 3 & 1) + \
+                (stop_bits >> 4 & 1) + (stop_bits >> 5 & 1) + (stop_bits >> 6 & 1) + (stop_bits >> 7 & 1)
+            # lines of str.splitlines: bullets after left whitespace, ellipses before right whitespace
+            nlines = 0
+            bullets = 0
+            end_ellipsis = 0
+            i = 0
+            while i < m:
+                j = i
+                while j < m and not _is_line_break(cps[j]):
+                    j += 1
+                nlines += 1
+                a, b = _strip(cps, i, j, flags)
+                if b > a and (cps[a] == 0x2022 or cps[a] == 45):
+                    bullets += 1
+                if b > a and (cps[b - 1] == 0x2026 or (b - a >= 3 and cps[b - 1] == 46 and cps[b - 2] == 46
+                                                       and cps[b - 3] == 46)):
+                    end_ellipsis += 1
+                i = j + 2 if j + 1 < m and cps[j] == 13 and cps[j + 1] == 10 else j + 1
+            if nlines:
+                out[d, 4] = bullets / nlines
+                out[d, 5] = end_ellipsis / nlines
+            # Gopher repetition: paragraphs (of the stripped text) and lines, repeated elements and characters
+            a, b = _strip(cps, 0, m, flags)
+            np_ = _lines_split(cps, a, b, es, ee, 2)
+            now += 1
+            dup, chars = _count_dups(cps, es, ee, np_, keys, vals, stamp, now)
+            out[d, 8] = dup / np_
+            if m:
+                out[d, 9] = chars / m
+            nl_ = _lines_split(cps, 0, m, es, ee, 1)
+            now += 1
+            dup, chars = _count_dups(cps, es, ee, nl_, keys, vals, stamp, now)
+            out[d, 10] = dup / nl_
+            if m:
+                out[d, 11] = chars / m
+            # the most frequent word 2-, 3-, 4-gram (joined by spaces): its characters times its count; the n-gram
+            # at i extends the (n - 1)-gram at i by one word
+            mask = _mask_for(k, keys.shape[0])
+            for i in range(k):
+                gram_key[i] = tok_key[i]
+                gram_len[i] = te[i] - ts[i]
+            for n in range(2, 5):
+                col = 10 + n
+                if k - n + 1 <= 0:
+                    out[d, col] = 0.0
+                    continue
+                now += 1
+                best_count = 0
+                best_first = 0
+                best_len = 0
+                for i in range(k - n + 1):
+                    h = _mix(gram_key[i] * _B + tok_key[i + n - 1])
+                    length = gram_len[i] + 1 + te[i + n - 1] - ts[i + n - 1]
+                    gram_key[i] = h
+                    gram_len[i] = length
+                    slot, new = _insert(keys, vals, stamp, now, h ^ np.uint64(n), mask)
+                    if new:
+                        first[slot] = i
+                        lens[slot] = length
+                    vals[slot] += 1
+                    c = vals[slot]
+                    if c > best_count or (c == best_count and first[slot] < best_first):
+                        best_count, best_first, best_len = c, first[slot], lens[slot]
+                out[d, col] = best_len * best_count / m
+            # duplicated 5- to 10-grams (joined without spaces), each repeat skipping its own words; the hash of
+            # a concatenation extends by one word at a time too
+            for i in range(k):
+                gram_key[i] = tok_poly[i]
+                gram_len[i] = te[i] - ts[i]
+            for n in range(2, 11):
+                for i in range(k - n + 1):
+                    gram_key[i] = gram_key[i] * tok_pow[i + n - 1] + tok_poly[i + n - 1]
+                    gram_len[i] += te[i + n - 1] - ts[i + n - 1]
+                if n < 5:
+                    continue
+                col = 10 + n
+                now += 1
+                repeated = 0
+                i = 0
+                while i < k - n + 1:
+                    length = gram_len[i]
+                    slot, new = _insert(keys, vals, stamp, now, _mix(gram_key[i] ^ np.uint64(length)), mask)
+                    if not new:
+                        repeated += length
+                        i += n
+                    else:
+                        i += 1
+                if m:
+                    out[d, col] = repeated / m
+        if fineweb:
+            # FineWeb: the non-blank lines of text.split("\n")
+            newlines = 0
+            for q in range(m):
+                if cps[q] == 10:
+                    newlines += 1
+            kept = 0
+            s = 0
+            while s <= m:  # every "\n" ends a line (runs of them give empty ones)
+                e = s
+                while e < m and cps[e] != 10:
+                    e += 1
+                a, b = _strip(cps, s, e, flags)
+                if b > a:
+                    es[kept], ee[kept] = s, e
+                    kept += 1
+                s = e + 1
+            out[d, 21] = kept
+            if kept:
+                punct = 0
+                short = 0
+                for t in range(kept):
+                    if flags[cps[ee[t] - 1]] & STERM:
+                        punct += 1
+                    if ee[t] - es[t] <= 30:
+                        short += 1
+                out[d, 22] = punct / kept
+                out[d, 23] = short / kept
+                now += 1
+                _, chars = _count_dups(cps, es, ee, kept, keys, vals, stamp, now)
+                if m - newlines:
+                    out[d, 24] = chars / (m - newlines)
+                if k:
+                    out[d, 25] = newlines / k
+                elif newlines:
+                    out[d, 25] = np.inf
+        if c4:
+            sentences, lorem, curly = _c4(cps, m, flags, tables, phrase_offsets, phrase_cps, ts, te, k, line, es, ee,
+                                          scratch)
+            out[d, 26] = sentences
+            out[d, 27] = lorem
+            out[d, 28] = curly
     return out

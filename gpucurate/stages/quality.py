@@ -178,8 +178,11 @@ def quality_partition(df: pd.DataFrame, rules: list, language: LanguageRule | No
         offsets, data = arrow_buffers(texts)
         if presets:
             from ..kernels.words import preset_stats, word_tables
+            wanted = {PRESET_RULES[r - PRESET_BASE][0] for r, *_ in presets}  # a preset's statistics only if asked
             with task_clock("quality presets"):
-                _apply(presets, preset_stats(offsets, data, *word_tables().stats_arrays()), failed, value, hists)
+                stats = preset_stats(offsets, data, *word_tables().stats_arrays(), "gopher" in wanted, "c4" in wanted,
+                                     "fineweb" in wanted)
+            _apply(presets, stats, failed, value, hists)
         if rules:
             with task_clock("quality rules"):
                 stats = quality_stats(offsets, data, padded_words(data))
