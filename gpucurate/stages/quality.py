@@ -111,13 +111,14 @@ class LanguageRule:
     keep: tuple | None
     min_score: float
 
-    def identify(self, texts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(label int16[n], probability float32[n], failed bool[n])`` of an Arrow string array."""
-        from .language import identify_texts, load_model
-        labels, scores = identify_texts(load_model(self.model), texts)
+    def identify(self, offsets: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(label int16[n], probability float32[n], failed bool[n])`` of the texts of Arrow string buffers."""
+        from .language import load_model
+        model = load_model(self.model)
+        labels, scores = model.identify(offsets, data)
         if self.keep is None:
             return labels, scores, np.zeros(len(labels), bool)
-        kept = np.zeros(len(load_model(self.model).labels) + 1, bool)  # the last: no language (label -1)
+        kept = np.zeros(len(model.labels) + 1, bool)  # the last: no language (label -1)
         kept[list(self.keep)] = True
         return labels, scores, ~kept[labels] | (scores < self.min_score)
 
@@ -189,7 +190,7 @@ def quality_partition(df: pd.DataFrame, rules: list, language: LanguageRule | No
             _apply(rules, stats, failed, value, hists)
         if language is not None:
             with task_clock("language identification"):
-                labels, scores, bad = language.identify(texts)
+                labels, scores, bad = language.identify(offsets, data)
             failed[bad] = LANGUAGE_RULE
             value[bad] = scores[bad]
             if language.keep is not None:

@@ -304,11 +304,12 @@ class Prepared:
         """The quality columns as arrays in this process (ingest keeps its collection there)."""
         if self.quality_limits is None:
             return None
-        lang = ("language_labels" in self.quality_limits) or None
-        if lang:
-            lang = (self.table.gather(executor, "lang").astype(np.int16), self.table.gather(executor, "lang_score"))
+        lang = lang_score = None
+        if "language_labels" in self.quality_limits:
+            lang = self.table.gather(executor, "lang").astype(np.int16)
+            lang_score = self.table.gather(executor, "lang_score")
         return QualityResult(self.table.gather(executor, "qrule").astype(np.int16),
-                             self.table.gather(executor, "qvalue"), self.quality_limits, *(lang or ()))
+                             self.table.gather(executor, "qvalue"), self.quality_limits, lang, lang_score)
 
 
 def prepare(narrow_ddf, cfg: Config, executor: Executor, backend, describe=None, timer: Timer | None = None,
@@ -482,17 +483,16 @@ def _counts(state: dict, first_row: int) -> dict:
     out = {"empty_texts": int(state["empty"].sum()), "kept": int(keep.sum()), "by_rule": by_rule}
     if "qreport" in state:  # the rules' histograms, and the ids of their sample documents
         report = state["qreport"]
-        ords = state["ord"]
-        ids = id_array(state["id"]).cast(pa.string())
+
+        def id_of(order_key) -> str:
+            return id_array(state["id"][[np.searchsorted(state["ord"], order_key)]]).cast(pa.string())[0].as_py()
         rules, dropped = np.unique(state["qrule"][state["qrule"] >= 0], return_counts=True)
         out["quality_report"] = {
             "histograms": report["histograms"], "dropped": dict(zip(rules.tolist(), dropped.tolist())),
-            "samples": {r: [(o, ids[int(np.searchsorted(ords, o))].as_py(), text) for o, text in found]
-                        for r, found in report["samples"].items()}}
+            "samples": {r: [(o, id_of(o), text) for o, text in found] for r, found in report["samples"].items()}}
     if "lang" in state:
-        out["languages"] = pc.value_counts(pc.fill_null(state["annotations"].column("lang"), "none")) \
-            .to_pylist()
-        out["languages"] = {v["values"]: v["counts"] for v in out["languages"]}
+        counts = pc.value_counts(pc.fill_null(state["annotations"].column("lang"), "none")).to_pylist()
+        out["languages"] = {v["values"]: v["counts"] for v in counts}
     return out
 
 
