@@ -97,8 +97,9 @@ if str(ROOT) not in sys.path:  # gpucurate from this checkout when it is not ins
     sys.path.insert(1, str(ROOT))
 from common import REUTERS, print_table, reuters_bodies, write_json  # noqa: E402
 
-PHASES = {"a": "environment", "b": "parity", "c": "kernel timings", "d": "end to end", "e": "static resources"}
-DEFAULT_TIMEOUTS = {"a": 45, "b": 90, "c": 75, "d": 180, "e": 30}  # 420 s in all
+PHASES = {"a": "environment", "b": "parity", "c": "kernel timings", "d": "end to end", "e": "static resources",
+          "f": "semantic"}
+DEFAULT_TIMEOUTS = {"a": 45, "b": 90, "c": 75, "d": 180, "e": 30, "f": 240}  # a-e: 420 s in all
 TARGETS = {"minhash_gb_s": 20.0, "whole_run_gb_s": 1.0, "gpu_vs_cpu": 10.0}
 # parity check -> the record of phase (b) that holds its details
 PARITY_SOURCES = {"glue_sketch_and_pairs": "glue", "glue_sliced_arrow": "glue_sliced",
@@ -1019,7 +1020,125 @@ def phase_static(ctx: Context, rec: dict) -> None:
 
 # --- the phases, the table -----------------------------------------------------------------------------------
 
-PHASE_FUNCS = {"a": phase_env, "b": phase_parity, "c": phase_kernels, "d": phase_e2e, "e": phase_static}
+# --- (f) semantic ------------------------------------------------------------------------------------------
+
+#: where ``benchmarks/device/prepare.sh`` puts a float16 copy of the bundled model (the device has no hub)
+DEVICE_MODEL = ROOT / "benchmarks" / "device" / "model"
+
+
+def semantic_texts(n: int) -> pa.Array:
+    """``n`` Reuters bodies (cycled: the encoders' cost does not depend on repeats), else synthetic text."""
+    path = reuters_path()
+    base = reuters_table(path).column("text").combine_chunks() if path else synthetic_texts(min(n, 20_000))
+    reps = -(-n // len(base))
+    return pa.concat_arrays([base] * reps).slice(0, n) if reps > 1 else base.slice(0, n)
+
+
+def phase_semantic(ctx: Context, rec: dict) -> None:
+    """Encoders' documents/s at growing sizes, k-means and the within-cluster search on the device, and
+    whole runs with exact + fuzzy + semantic."""
+    import torch
+    import gpucurate
+    from gpucurate.config import load_config
+    from gpucurate.kernels import semantic as sk
+    from gpucurate.stages.encoders import make_encoder
+    a = ctx.args
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = str(DEVICE_MODEL) if (DEVICE_MODEL / "config.json").is_file() else None
+    rec.update(device=device, model=model or "bundled all-MiniLM-L6-v2", threads=os.cpu_count())
+    sizes = sorted(set(a.semantic_sizes))
+    texts = semantic_texts(max(sizes))
+    rows = rec["encode"] = []
+    skipped = rec["skipped"] = []
+    vectors = None
+    for kind in ("static", "transformer"):
+        cfg = load_config(None, {"semantic.encoder": kind, "semantic.model": model}).semantic
+        t0 = time.perf_counter()
+        encoder = make_encoder(cfg, device, threads=os.cpu_count())
+        encoder.encode(texts.slice(0, 256))  # warm: kernels compiled, weights on the device
+        load_s = time.perf_counter() - t0
+        points: list[tuple[int, float]] = []
+        for n in sizes:
+            part = texts.slice(0, n)
+            est = _predict(points, n)
+            if est is not None and ctx.left() < 1.5 * est + 60:
+                skipped.append(f"{kind} {n} docs: ~{est:.0f} s predicted, {ctx.left():.0f} s left")
+                continue
+            ctx.checkpoint()
+            t0 = time.perf_counter()
+            tokens = encoder.tokenize(part)
+            tokenize_s = time.perf_counter() - t0
+            x = encoder.encode_tokens(tokens)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - t0
+            points.append((n, seconds))
+            nbytes = text_nbytes(part)
+            rows.append({"encoder": kind, "documents": n, "seconds": seconds, "tokenize_s": tokenize_s,
+                         "docs_per_s": n / seconds, "mb_per_s": nbytes / seconds / 1e6,
+                         "tokens": int(len(tokens.ids)), "load_s": load_s, "dim": int(x.shape[1]),
+                         "dtype": getattr(encoder, "dtype", None)})
+            if kind == "transformer" or vectors is None or len(x) > len(vectors):
+                vectors = x
+            ctx.save()
+    if vectors is not None and len(vectors) > 1:  # k-means and the search over the largest embeddings
+        n = len(vectors)
+        k = max(1, math.ceil(math.sqrt(n)))
+        cfg = load_config(None, {}).semantic
+        ctx.checkpoint()
+        t0 = time.perf_counter()
+        centroids = sk.kmeans_fit(vectors, k, cfg.seed, cfg.kmeans_iter, cfg.kmeans_sample, device)
+        fit_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        labels, _ = sk.assign(vectors, centroids, cfg.probes, device)
+        assign_s = time.perf_counter() - t0
+        ctx.checkpoint()
+        t0 = time.perf_counter()
+        pairs = sk.cluster_pairs(vectors, labels, k, cfg.threshold, device)
+        rec["clusters"] = {"documents": n, "dim": int(vectors.shape[1]), "clusters": k, "fit_s": fit_s,
+                           "kmeans": "cuml" if _has("cuml") and device.startswith("cuda") else
+                           "torch" if device.startswith("cuda") else "scikit-learn",
+                           "assign_s": assign_s, "search_s": time.perf_counter() - t0, "pairs": int(len(pairs[0])),
+                           "compared": int(pairs[3])}
+        ctx.save()
+    path = reuters_path()
+    if path is None or (a.smoke and not a.reuters):
+        src, docs = ctx.tmp / "semantic-run.parquet", a.run_docs
+        pq.write_table(pa.table({"id": np.arange(docs), "text": ctx.corpus(docs)}), src)
+    else:
+        src, docs = ctx.tmp / "semantic-run.parquet", None
+        pq.write_table(reuters_table(path), src)
+    runs = rec["runs"] = []
+    for backend, kind in (("gpu", "static"), ("gpu", "transformer"), ("cpu", "static")):
+        if ctx.left() < 45:
+            skipped.append(f"whole run {backend} {kind}: {ctx.left():.0f} s left")
+            continue
+        over = dict(run_overrides(a, backend), **{"semantic.enabled": True, "semantic.encoder": kind,
+                                                  "semantic.model": model})
+        out = ctx.tmp / f"semantic-{backend}-{kind}"
+        t0 = time.perf_counter()
+        summary = gpucurate.run([str(src)], out, overrides=over)
+        sem = summary["stages"]["semantic"]
+        runs.append({"backend": backend, "encoder": kind, "wall_s": time.perf_counter() - t0,
+                     "documents": summary["stages"]["input"]["documents"], "embedded": sem["documents"],
+                     "embeddings_per_s": sem.get("embeddings_per_s"), "semantic_duplicates": sem["duplicates"],
+                     "step_seconds": sem.get("step_seconds"), "timings_s": summary.get("timings_s"),
+                     "fuzzy_duplicates": summary["stages"]["fuzzy"]["duplicates"]})
+        shutil.rmtree(out, ignore_errors=True)
+        ctx.save()
+    by = {(r["backend"], r["encoder"]): r for r in runs}
+    if ("gpu", "static") in by and ("cpu", "static") in by:  # pooled by Torch on the device, by numba here
+        rec["static_duplicates_match_cpu"] = \
+            by["gpu", "static"]["semantic_duplicates"] == by["cpu", "static"]["semantic_duplicates"]
+
+
+def _has(module: str) -> bool:
+    from importlib.util import find_spec
+    return find_spec(module) is not None
+
+
+PHASE_FUNCS = {"a": phase_env, "b": phase_parity, "c": phase_kernels, "d": phase_e2e, "e": phase_static,
+               "f": phase_semantic}
 
 
 def run_phase(ctx: Context, key: str, timeout: float) -> None:
@@ -1141,6 +1260,25 @@ def build_table(result: dict) -> tuple[list[dict], list[str], list[dict]]:
                          "seconds": fit["fixed_s"], "gb_per_s": fit["marginal_gb_per_s"]})
     for line in d.get("skipped") or []:
         rows.append({"item": "whole run skipped", "result": line})
+    f = ph.get("f", {})
+    backend = "gpu" if str(f.get("device", "")).startswith("cuda") else "cpu"
+    for r in f.get("encode") or []:
+        rows.append({"item": f"semantic: encode, {r['encoder']} ({r['dtype']}; tokenize {r['tokenize_s']:.1f} s)",
+                     "backend": backend, "docs": r["documents"], "seconds": r["seconds"],
+                     "gb_per_s": r["mb_per_s"] / 1e3, "docs_per_s": r["docs_per_s"]})
+    cl = f.get("clusters")
+    if cl:
+        rows.append({"item": f"semantic: k-means ({cl['kmeans']}, {cl['clusters']:,} clusters) / assign / search",
+                     "backend": backend, "docs": cl["documents"],
+                     "result": f"{cl['fit_s']:.2f} / {cl['assign_s']:.2f} / {cl['search_s']:.2f} s, "
+                               f"{cl['pairs']:,} pairs"})
+    for r in f.get("runs") or []:
+        rows.append({"item": f"semantic: whole run exact+fuzzy+semantic, {r['encoder']}", "backend": r["backend"],
+                     "docs": r["documents"], "seconds": r["wall_s"], "docs_per_s": r["documents"] / r["wall_s"],
+                     "result": f"{r['semantic_duplicates']:,} semantic duplicates, "
+                               f"{r['embeddings_per_s'] or 0:,.0f} embeddings/s"})
+    for line in f.get("skipped") or []:
+        rows.append({"item": "semantic skipped", "result": line})
     # targets
     chain = (c.get("steps") or {}).get("minhash chain (text -> band keys)", {})
     row, t = _target_row("MinHash (text -> signatures, whole chain)", chain.get("gb_per_s"),
@@ -1168,7 +1306,8 @@ def build_table(result: dict) -> tuple[list[dict], list[str], list[dict]]:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--smoke", action="store_true", help="tiny sizes (runs in numba's CUDA simulator)")
-    p.add_argument("--phases", default="a,b,c,d,e", help="comma-separated subset of a,b,c,d,e")
+    p.add_argument("--phases", default="a,b,c,d,e", help="comma-separated subset of a,b,c,d,e,f (f: semantic, "
+                                                         "needs torch; a,f is the semantic check)")
     p.add_argument("--out", default=None, help="JSON result (default $OUT/gpu_check.json, else "
                                                "benchmarks/results/gpu_check.json)")
     for k, v in DEFAULT_TIMEOUTS.items():
@@ -1183,6 +1322,8 @@ def parse_args(argv=None):
                                                      "larger ones skipped when time is short)")
     p.add_argument("--columns", default="all,annotations",
                    help="output.columns of the whole runs (d): all, annotations or both (default)")
+    p.add_argument("--semantic-sizes", default="10000,100000,1000000",
+                   help="documents the encoders embed (f), larger ones skipped when time is short")
     p.add_argument("--repeat", type=int, default=3, help="timed repetitions of each kernel step (c)")
     p.add_argument("--num-perm", type=int, default=128)
     p.add_argument("--threshold", type=float, default=0.8)
@@ -1198,6 +1339,7 @@ def parse_args(argv=None):
     p.add_argument("--tmp", default=None, help="scratch directory (default: the system's)")
     args = p.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",") if s]
+    args.semantic_sizes = [int(s) for s in args.semantic_sizes.split(",") if s]
     args.columns = [c for c in args.columns.split(",") if c]
     args.cpu_sizes = [int(s) for s in args.cpu_sizes.split(",") if s] if args.cpu_sizes else None
     if args.smoke:
@@ -1211,6 +1353,8 @@ def parse_args(argv=None):
                 setattr(args, attr, value)
         if "--sizes" not in given:
             args.sizes = [50, 100, 150]
+        if "--semantic-sizes" not in given:
+            args.semantic_sizes = [50, 200]
     args.phases = [x.strip() for x in args.phases.split(",") if x.strip()]
     bad = [x for x in args.phases if x not in PHASES]
     if bad:
@@ -1245,6 +1389,8 @@ def main(argv=None) -> int:
         need.append(args.kernel_docs)
     if "d" in args.phases:
         need += args.sizes + (args.cpu_sizes or [])
+    if "f" in args.phases:
+        need.append(args.run_docs)
     ctx.corpus_docs = max(need or [0])
     start = time.monotonic()
     print(f"gpu_check: phases {','.join(args.phases)}, writing {out_path}", flush=True)
@@ -1267,7 +1413,7 @@ def main(argv=None) -> int:
         print(f"target {t['target']}: {value} (>= {t['threshold']:g}) {verdict}")
     print(f"wrote {out_path}", flush=True)
     failed = result["parity_ok"] is False or any(
-        r["status"] != "ok" for k, r in result["phases"].items() if k in "abcd")
+        r["status"] != "ok" for k, r in result["phases"].items() if k in "abcdf")
     shutil.rmtree(ctx.tmp, ignore_errors=True)
     code = 1 if failed else 0
     if any(t.is_alive() for t in ctx.zombies):  # a phase left running: do not wait for it at exit

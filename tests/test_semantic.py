@@ -251,7 +251,7 @@ def test_encoder_batching_does_not_change_embeddings():
     assert batched.shape == (len(texts), 384)
     # fixed batch shapes: a text's vector does not depend on the texts batched with it, to the bit
     assert np.array_equal(batched, alone) and np.array_equal(batched, reordered)
-    assert len(enc.tokenize(texts).ids[-1]) == 256
+    assert enc.tokenize(texts).lengths[-1] == 256
 
 
 def test_auto_enable_and_summary(tmp_path, monkeypatch):

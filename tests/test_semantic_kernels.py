@@ -117,3 +117,30 @@ def test_kmeans_is_deterministic_and_samples():
     b = sk.kmeans_fit(x, 6, seed=3, max_iter=50, sample=500)
     assert a.shape == (6, 12) and a.dtype == np.float32
     assert np.array_equal(a, b)
+
+
+def _inertia(x, centroids):
+    return float(((x[:, None, :] - centroids[None]) ** 2).sum(axis=2).min(axis=1).sum())
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_torch_kmeans_fits_as_well_as_scikit_learn(seed):
+    """The device's k-means (run here on the CPU): as good a fit as scikit-learn's, the same bits twice."""
+    from sklearn.cluster import KMeans
+    x = unit_vectors(3000, 16, seed=seed, clumps=12)
+    ours = sk.kmeans_torch(x, 12, seed=seed, max_iter=100)
+    theirs = KMeans(12, n_init=1, max_iter=100, random_state=seed).fit(x).cluster_centers_
+    assert ours.shape == (12, 16) and ours.dtype == np.float32
+    assert _inertia(x, ours) <= 1.05 * _inertia(x, theirs)
+    assert np.array_equal(ours, sk.kmeans_torch(x, 12, seed=seed, max_iter=100))
+    # one round of Lloyd from the fitted centroids moves nothing: each is the mean of its points
+    labels, _ = sk.assign(x, ours)
+    means = np.stack([x[labels[:, 0] == c].mean(axis=0) for c in range(12)])
+    assert np.allclose(means, ours, atol=1e-5)
+
+
+def test_torch_kmeans_with_fewer_distinct_points_than_clusters():
+    x = np.repeat(unit_vectors(3, 4, seed=0), 5, axis=0)
+    centroids = sk.kmeans_torch(x, 6, seed=0, max_iter=10)
+    assert centroids.shape == (6, 4)
+    assert {tuple(np.round(c, 5)) for c in centroids} == {tuple(np.round(p, 5)) for p in x}

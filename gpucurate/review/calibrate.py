@@ -89,10 +89,8 @@ def similarities(a: list[str], b: list[str], method: str, cfg: Config) -> np.nda
         raise ConfigError(f"--method must be one of {', '.join(METHODS)}; got {method!r}")
     n = len(a)
     if method == "cosine":
-        from ..stages.encoder import Encoder
-        s = cfg.semantic
-        enc = Encoder(s.model, s.device or "cpu", s.max_tokens, s.batch_size, s.dtype)
-        x = enc.encode(list(a) + list(b))
+        from ..stages.encoders import make_encoder
+        x = make_encoder(cfg.semantic, cfg.semantic.device or "cpu").encode(list(a) + list(b))
         return np.sum(x[:n] * x[n:], axis=1).astype(np.float64)
     from ..kernels import minhash, pairs
     sigs, offsets, values = _shingle_sets(list(a) + list(b), cfg)

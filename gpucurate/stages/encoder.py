@@ -12,9 +12,9 @@ or width does not (measured with MiniLM on the CPU: 1e-7 differences).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -23,13 +23,11 @@ import numpy as np
 from ..engine.progress import step
 from ..engine.threads import thread_map
 from ..errors import ConfigError
+from .tokens import TextTokenizer, Tokens
 
 log = logging.getLogger("gpucurate")
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
-#: a WordPiece token covers at most ~100 characters plus a space, so cutting a (whitespace-collapsed)
-#: text after this many characters per token never changes its first ``max_tokens`` tokens
-CHARS_PER_TOKEN_BOUND = 128
 #: batch widths are multiples of this many tokens (padding against the number of distinct shapes)
 WIDTH_STEP = 16
 
@@ -59,18 +57,6 @@ def resolve_model_path(model: str | None) -> Path:
     return path
 
 
-@dataclass
-class Tokens:
-    """Tokenized texts: ``ids`` (list of token-id lists), and per text the fraction of its tokens that are
-    the unknown token (``unknown_fraction``) and the tokens per pre-tokenizer word (``tokens_per_word``).
-    Text in a script the model was not trained on shows up as many unknown tokens (Chinese in an
-    English WordPiece vocabulary) or as words shattered into single characters (Russian, Korean)."""
-
-    ids: list
-    unknown_fraction: np.ndarray
-    tokens_per_word: np.ndarray
-
-
 class Encoder:
     """``encode(texts) -> float32[n, dim]`` unit vectors.
 
@@ -95,45 +81,34 @@ class Encoder:
         self.device, self.max_tokens, self.threads = device, max_tokens, threads
         self.batch_size = batch_size or (8 if on_cpu else 256)
         self.dtype = ("float32" if on_cpu else "float16") if dtype == "auto" else dtype
-        self.tokenizer, self.model = _load(str(self.path), device)
+        # on a GPU the weights themselves are half precision; on a CPU bfloat16 runs under autocast
+        self.weights = self.dtype if not on_cpu else "float32"
+        self.tokenizer, self.model = _load(str(self.path), device, self.weights)
         limit = getattr(self.model.config, "max_position_embeddings", None)
         if limit is not None and max_tokens > limit:
             raise ConfigError(f"semantic.max_tokens={max_tokens} exceeds the model's {limit} positions")
         self.dim = int(self.model.config.hidden_size)
+        self.text_tokenizer = TextTokenizer(self.tokenizer.backend_tokenizer, max_tokens, special=True,
+                                            threads=threads or os.cpu_count() or 1)
 
-    def tokenize(self, texts: list[str]) -> Tokens:
-        """Token ids of each text, truncated to ``max_tokens`` (special tokens included), and how well the
-        model's vocabulary covers the text (see ``Tokens``)."""
-        if not texts:
-            return Tokens([], np.zeros(0), np.zeros(0))
-        cut = self.max_tokens * CHARS_PER_TOKEN_BOUND
-        texts = [t if len(t) <= cut else t[:cut] for t in texts]
-        enc = self.tokenizer(texts, truncation=True, max_length=self.max_tokens, padding=False,
-                             return_attention_mask=False, return_token_type_ids=False)
-        ids = enc["input_ids"]
-        unk = self.tokenizer.unk_token_id
-        unknown = np.zeros(len(ids))
-        per_word = np.zeros(len(ids))
-        for r, row in enumerate(ids):
-            words = [w for w in enc.word_ids(r) if w is not None]
-            if words:
-                unknown[r] = sum(1 for t in row if t == unk) / len(words)
-                per_word[r] = len(words) / len(set(words))
-        return Tokens(ids, unknown, per_word)
+    def tokenize(self, texts) -> Tokens:
+        """Token ids of each text (a list of str or an Arrow string array), truncated to ``max_tokens``
+        (special tokens included), and how well the model's vocabulary covers the text (see ``Tokens``)."""
+        return self.text_tokenizer.tokenize(texts)
 
-    def encode(self, texts: list[str], progress: bool = False) -> np.ndarray:
+    def encode(self, texts, progress: bool = False) -> np.ndarray:
         """float32[n, dim] unit vectors of ``texts``."""
-        return self.encode_tokens(self.tokenize(texts).ids, progress)
+        return self.encode_tokens(self.tokenize(texts), progress)
 
-    def encode_tokens(self, ids: list[list[int]], progress: bool = False) -> np.ndarray:
-        """float32[n, dim] unit vectors of already tokenized texts (``tokenize(...).ids``)."""
+    def encode_tokens(self, tokens: Tokens, progress: bool = False) -> np.ndarray:
+        """float32[n, dim] unit vectors of already tokenized texts (``tokenize(...)``)."""
         import torch
 
-        n = len(ids)
+        n = len(tokens)
         out = np.zeros((n, self.dim), dtype=np.float32)
         if n == 0:
             return out
-        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=n)
+        lengths = tokens.lengths
         widths = np.minimum(-(-lengths // WIDTH_STEP) * WIDTH_STEP, max(self.max_tokens, int(lengths.max())))
         order = np.lexsort((np.arange(n), -widths))  # grouped by width, in input order within one
         starts = np.flatnonzero(np.r_[True, widths[order][1:] != widths[order][:-1], True])
@@ -142,13 +117,8 @@ class Encoder:
         pad = self.tokenizer.pad_token_id or 0
 
         def run(batch: np.ndarray) -> None:
-            width = int(widths[batch[0]])
             rows = np.concatenate([batch, np.full(self.batch_size - len(batch), batch[0])])
-            input_ids = np.full((self.batch_size, width), pad, dtype=np.int64)
-            mask = np.zeros((self.batch_size, width), dtype=np.int64)
-            for r, i in enumerate(rows):
-                input_ids[r, :lengths[i]] = ids[i]
-                mask[r, :lengths[i]] = 1
+            input_ids, mask = tokens.padded(rows, int(widths[batch[0]]), pad)
             with torch.inference_mode():  # thread-local, as autocast
                 out[batch] = self._forward(torch.from_numpy(input_ids), torch.from_numpy(mask))[:len(batch)]
             bar.update(len(batch))
@@ -166,11 +136,21 @@ class Encoder:
             torch.set_num_threads(old_threads)
         return out
 
+    def fingerprint(self) -> dict:
+        """What must match for stored embeddings to be reused: model config, weights size, max_tokens."""
+        digest = hashlib.sha256((self.path / "config.json").read_bytes())
+        weights = sorted(p.stat().st_size for p in self.path.glob("*.safetensors")) or \
+            sorted(p.stat().st_size for p in self.path.glob("*.bin"))
+        digest.update(repr(weights).encode())
+        digest.update(self.dtype.encode())
+        return {"model": self.name, "fingerprint": digest.hexdigest()[:16], "dim": self.dim,
+                "max_tokens": self.max_tokens, "dtype": self.dtype}
+
     def _forward(self, input_ids, mask) -> np.ndarray:
         import torch
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         with torch.autocast(self.device.split(":")[0], dtype=getattr(torch, self.dtype),
-                            enabled=self.dtype != "float32"):
+                            enabled=self.dtype != self.weights):
             hidden = self.model(input_ids=input_ids, attention_mask=mask).last_hidden_state
         hidden = hidden.float()
         m = mask.unsqueeze(-1).to(hidden.dtype)
@@ -179,22 +159,46 @@ class Encoder:
 
 
 @lru_cache(maxsize=4)
-def _load(path: str, device: str):
-    """Tokenizer and model in eval mode, loaded once per process (offline)."""
+def load_tokenizer(path: str):
+    """The model's fast tokenizer, loaded once per process (offline)."""
+    _offline()
+    try:
+        from transformers import AutoTokenizer
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except ImportError:
+        raise ConfigError("semantic stage needs torch and transformers (pip install -e '.[semantic]')") from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"semantic.model: cannot load {path}: {str(exc).splitlines()[0]}") from None
+    if not getattr(tokenizer, "is_fast", False):
+        raise ConfigError(f"semantic.model: {path} has no fast tokenizer (tokenizer.json); the semantic stage "
+                          "tokenizes with the Rust tokenizers library")
+    return tokenizer
+
+
+@lru_cache(maxsize=4)
+def _load(path: str, device: str, dtype: str = "float32"):
+    """Tokenizer and model in eval mode with ``dtype`` weights (whatever the checkpoint's), loaded once per
+    process (offline)."""
+    tokenizer = load_tokenizer(path)
+    import torch
+    from transformers import AutoModel
+    try:
+        model = AutoModel.from_pretrained(path, local_files_only=True)
+        model = model.to(device=device, dtype=getattr(torch, dtype)).eval()
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"semantic.model: cannot load {path}: {str(exc).splitlines()[0]}") from None
+    log.info("semantic: loaded %s on %s", path, device)
+    return tokenizer, model
+
+
+def _offline() -> None:
+    """No hub, no download, no tokenizer threads of its own (the stage runs batches on its threads)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         import transformers
-        from transformers import AutoModel, AutoTokenizer
     except ImportError:
-        raise ConfigError("semantic stage needs torch and transformers (pip install -e '.[semantic]')") from None
+        return
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        model = AutoModel.from_pretrained(path, local_files_only=True).to(device).eval()
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"semantic.model: cannot load {path}: {str(exc).splitlines()[0]}") from None
-    log.info("semantic: loaded %s on %s", path, device)
-    return tokenizer, model

@@ -28,10 +28,10 @@ a cluster's search depends only on its points).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 
 from ..engine.backend import Backend
 from ..config import SemanticConfig
-from .encoder import Encoder, encoder_available
+from .encoders import encoder_available, make_encoder, prepare_encoder
 from ..errors import ConfigError
 from ..engine.executor import Executor
 from ..engine.shuffle import answer_columns, by_bucket, exchange, lookup, owner_groups, owner_of, to_owners
@@ -93,17 +93,6 @@ class SemanticResult:
     #: and the embedded documents of each partition
     edge_parts: list | None = None
     part_sizes: list | None = None
-
-
-def model_fingerprint(encoder: Encoder) -> dict:
-    """What must match for stored embeddings to be reused: model config, weights size, max_tokens."""
-    digest = hashlib.sha256((encoder.path / "config.json").read_bytes())
-    weights = sorted(p.stat().st_size for p in encoder.path.glob("*.safetensors")) or \
-        sorted(p.stat().st_size for p in encoder.path.glob("*.bin"))
-    digest.update(repr(weights).encode())
-    digest.update(encoder.dtype.encode())
-    return {"model": encoder.name, "fingerprint": digest.hexdigest()[:16], "dim": encoder.dim,
-            "max_tokens": encoder.max_tokens, "dtype": encoder.dtype}
 
 
 def load_embeddings(path: str | Path, model: dict) -> dict[int, np.ndarray]:
@@ -158,29 +147,32 @@ def embed_partition(df: pd.DataFrame, mask: np.ndarray, first_row: int, hashes: 
     vectors reused from ``semantic.reuse_embeddings``. Runs where the partition is: the encoder is loaded
     once per process."""
     local, texts = texts_partition(df, mask, cfg.min_chars)
-    encoder = Encoder(cfg.model, device, cfg.max_tokens, cfg.batch_size, cfg.dtype, threads=threads)
-    model = model_fingerprint(encoder)
+    encoder = make_encoder(cfg, device, threads)
+    model = encoder.fingerprint()
     stored = _stored_vectors(cfg.reuse_embeddings, tuple(sorted(model.items()))) if cfg.reuse_embeddings else {}
     kept_rows, vectors, reused = [], [], 0
-    for start in range(0, len(local), EMBED_CHUNK):
-        tokens = encoder.tokenize(texts.slice(start, EMBED_CHUNK).to_pylist())
-        covered = covered_by_vocabulary(tokens, cfg)
-        rows = local[start:start + EMBED_CHUNK][covered]
-        token_ids = [t for t, c in zip(tokens.ids, covered) if c]
-        del tokens
-        chunk = np.empty((len(token_ids), encoder.dim), dtype=np.float32)
-        missing = []
-        for r, h in enumerate(hashes[rows].tolist()):
-            vec = stored.get(h)
-            if vec is None:
-                missing.append(r)
-            else:
-                chunk[r] = vec
-        if missing:
-            chunk[missing] = encoder.encode_tokens([token_ids[r] for r in missing])
-        kept_rows.append(rows)
-        vectors.append(chunk)
-        reused += len(token_ids) - len(missing)
+    chunks = [texts.slice(start, EMBED_CHUNK) for start in range(0, len(local), EMBED_CHUNK)]
+    # the next chunk is tokenized (the tokenizer releases the GIL) while this one is encoded
+    with ThreadPoolExecutor(1) as ahead:
+        pending = ahead.submit(encoder.tokenize, chunks[0]) if chunks else None
+        for k in range(len(chunks)):
+            tokens = pending.result()
+            if k + 1 < len(chunks):
+                pending = ahead.submit(encoder.tokenize, chunks[k + 1])
+            covered = covered_by_vocabulary(tokens, cfg)
+            rows = local[k * EMBED_CHUNK:(k + 1) * EMBED_CHUNK][covered]
+            tokens = tokens.select(covered)
+            chunk = np.empty((len(rows), encoder.dim), dtype=np.float32)
+            missing = np.ones(len(rows), bool)
+            for r, h in enumerate(hashes[rows].tolist() if stored else ()):
+                vec = stored.get(h)
+                if vec is not None:
+                    chunk[r], missing[r] = vec, False
+            if missing.any():
+                chunk[missing] = encoder.encode_tokens(tokens.select(missing) if not missing.all() else tokens)
+            kept_rows.append(rows)
+            vectors.append(chunk)
+            reused += int((~missing).sum())
     rows = np.concatenate(kept_rows) if kept_rows else np.empty(0, np.int64)
     vectors = np.concatenate(vectors) if vectors else np.empty((0, encoder.dim), np.float32)
     return PartEmbeddings(first_row + rows, vectors, int(mask.sum()) - len(local), len(local) - len(rows), reused,
@@ -189,7 +181,7 @@ def embed_partition(df: pd.DataFrame, mask: np.ndarray, first_row: int, hashes: 
 
 def covered_by_vocabulary(tokens, cfg: SemanticConfig) -> np.ndarray:
     """bool[m]: texts the model's vocabulary covers (``max_unknown_fraction``, ``max_tokens_per_word``)."""
-    covered = np.ones(len(tokens.ids), dtype=bool)
+    covered = np.ones(len(tokens), dtype=bool)
     if cfg.max_unknown_fraction is not None:
         covered &= tokens.unknown_fraction <= cfg.max_unknown_fraction
     if cfg.max_tokens_per_word is not None:
@@ -267,7 +259,7 @@ def write_embeddings(result: SemanticResult, table, out_dir: Path, compression: 
 class Embedded:
     rows: np.ndarray  # int64[m] table rows embedded (participants long enough and covered)
     embeddings: np.ndarray  # float32[m, dim]
-    model: dict  # model_fingerprint
+    model: dict  # the encoder's fingerprint()
     stats: dict
     steps: dict
 
@@ -396,6 +388,7 @@ class SemanticDedup:
         return Embedded(rows, vectors, model, stats, {"embed": time.perf_counter() - t0})
 
     def _embed_tasks(self, ddf, table, participants: list, hashes: list, executor: Executor):
+        prepare_encoder(self.cfg)
         offs = table.part_offsets
         threads = executor.threads_per_task(ddf.npartitions)  # batches a task runs at once
         return [delayed(embed_partition)(part, participants[p], int(offs[p]), hashes[p], self.cfg, self.device,
@@ -408,7 +401,7 @@ class SemanticDedup:
             model = counts[0][4]
         else:  # no partition: the model is still loaded, to fail early on a bad one and to fingerprint it
             cfg = self.cfg
-            model = model_fingerprint(Encoder(cfg.model, self.device, cfg.max_tokens, cfg.batch_size, cfg.dtype))
+            model = make_encoder(cfg, self.device).fingerprint()
         m = sum(c[0] for c in counts)
         reused = sum(c[3] for c in counts)
         outside = sum(c[2] for c in counts)
