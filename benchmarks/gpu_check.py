@@ -1087,7 +1087,8 @@ def phase_semantic(ctx: Context, rec: dict) -> None:
         cfg = load_config(None, {}).semantic
         ctx.checkpoint()
         t0 = time.perf_counter()
-        centroids = sk.kmeans_fit(vectors, k, cfg.seed, cfg.kmeans_iter, cfg.kmeans_sample, device)
+        points = min(cfg.kmeans_sample, cfg.kmeans_per_cluster * k)
+        centroids = sk.kmeans_fit(vectors, k, cfg.seed, cfg.kmeans_iter, points, device)
         fit_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         labels, _ = sk.assign(vectors, centroids, cfg.probes, device)

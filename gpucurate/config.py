@@ -185,6 +185,9 @@ class SemanticConfig:
     n_clusters: Optional[int] = None
     #: k-means is fit on at most this many embeddings (drawn with `seed`), then every one is assigned
     kmeans_sample: int = 100_000
+    #: ... and at most this many a cluster: on 10x Reuters (162k embedded, 403 clusters) 64 a cluster fit in
+    #: 8.9 s instead of 69 s and found 0.737 of the pairs exhaustive search finds instead of 0.713
+    kmeans_per_cluster: int = 64
     kmeans_iter: int = 100
     #: each document is compared with the members of its `probes` nearest clusters (1 = its own cluster
     #: only, as in SemDeDup); more probes recover pairs split by cluster boundaries
@@ -521,7 +524,7 @@ class Config:
             sem.threshold = SEMANTIC_THRESHOLDS[sem.encoder]
         if not -1.0 <= sem.threshold <= 1.0:
             raise ConfigError(f"semantic.threshold must be a cosine in [-1, 1], got {sem.threshold}")
-        for key in ("max_tokens", "batch_size", "kmeans_sample", "kmeans_iter", "probes"):
+        for key in ("max_tokens", "batch_size", "kmeans_sample", "kmeans_per_cluster", "kmeans_iter", "probes"):
             if getattr(sem, key) is not None and getattr(sem, key) < 1:
                 raise ConfigError(f"semantic.{key} must be >= 1, got {getattr(sem, key)}")
         if sem.max_unknown_fraction is not None and not 0.0 <= sem.max_unknown_fraction <= 1.0:

@@ -69,8 +69,10 @@ def test_budget_scales_the_phase_limits():
     """``--budget`` (benchmarks/device/run.sh) scales the chosen phases' limits down to fit, never up."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import gpu_check
-    half = gpu_check.parse_args(["--budget", str(sum(gpu_check.DEFAULT_TIMEOUTS.values()) / 2)])
-    assert [getattr(half, f"timeout_{k}") for k in "abcde"] == [v / 2 for v in gpu_check.DEFAULT_TIMEOUTS.values()]
+    default = {k: gpu_check.DEFAULT_TIMEOUTS[k] for k in "abcde"}  # the default phases; f is asked for
+    half = gpu_check.parse_args(["--budget", str(sum(default.values()) / 2)])
+    assert [getattr(half, f"timeout_{k}") for k in default] == [v / 2 for v in default.values()]
+    assert half.timeout_f == gpu_check.DEFAULT_TIMEOUTS["f"]
     roomy = gpu_check.parse_args(["--budget", "1000", "--phases", "a,b"])
     assert (roomy.timeout_a, roomy.timeout_b) == (gpu_check.DEFAULT_TIMEOUTS["a"], gpu_check.DEFAULT_TIMEOUTS["b"])
     tight = gpu_check.parse_args(["--budget", "60", "--phases", "a,b"])

@@ -144,3 +144,11 @@ def test_torch_kmeans_with_fewer_distinct_points_than_clusters():
     centroids = sk.kmeans_torch(x, 6, seed=0, max_iter=10)
     assert centroids.shape == (6, 4)
     assert {tuple(np.round(c, 5)) for c in centroids} == {tuple(np.round(p, 5)) for p in x}
+
+
+def test_kept_embeddings_count_at_their_size_in_the_budget():
+    """A partition's embeddings are a kept value of the engine: its budget counts their arrays."""
+    from gpucurate.engine.spill import nbytes_of
+    from gpucurate.stages.semantic import PartEmbeddings
+    part = PartEmbeddings(np.arange(1000), unit_vectors(1000, 384, seed=1), 0, 0, 0, {})
+    assert nbytes_of(part) == 1000 * 8 + 1000 * 384 * 4

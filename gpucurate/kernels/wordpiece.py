@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from functools import lru_cache
 
 import numpy as np
 
@@ -51,10 +50,15 @@ def char_tables(backend) -> tuple:
     spec = json.loads(backend.to_str())
     key = hashlib.sha256(json.dumps([spec.get("normalizer"), spec.get("pre_tokenizer"), tokenizers.__version__],
                                     sort_keys=True).encode()).hexdigest()[:20]
-    return _cached_char_tables(key, backend)
+    if key not in _CHAR_TABLES:  # two threads may both make them: the same tables
+        _CHAR_TABLES[key] = _cached_char_tables(key, backend)
+    return _CHAR_TABLES[key]
 
 
-@lru_cache(maxsize=4)
+#: the tables of this process, by the key of their rules
+_CHAR_TABLES: dict = {}
+
+
 def _cached_char_tables(key: str, backend) -> tuple:
     from .aot import cache_root
     path = cache_root() / "wordpiece" / f"chars-{key}.npz"

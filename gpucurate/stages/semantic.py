@@ -15,7 +15,8 @@ Pairs never compared are the recall that ``n_clusters`` and ``probes`` trade aga
 
 Where the work runs: each partition's texts are embedded by a task of their own (on a cluster, on the
 worker that holds the partition, with the worker's own encoder and device), and the embeddings stay
-there. k-means is fit on the driver from a sample of at most ``semantic.kmeans_sample`` embeddings;
+there. k-means is fit on the driver from a sample of at most ``semantic.kmeans_sample`` embeddings
+(``semantic.kmeans_per_cluster`` a cluster);
 assignment runs on the workers; the points are then shuffled by cluster (with the points that probe a
 cluster) into buckets, whose within-cluster searches run on the workers. The pairs at or above the
 threshold go to the partitions of their smaller row (each pair once, sorted), their connected components
@@ -133,6 +134,11 @@ class PartEmbeddings:
     def __init__(self, rows, vectors, too_short, outside, reused, model):
         self.rows, self.vectors, self.too_short, self.outside = rows, vectors, too_short, outside
         self.reused, self.model = reused, model
+
+    @property
+    def nbytes(self) -> int:
+        """What the engine's budget counts of a kept partition's embeddings."""
+        return int(self.rows.nbytes + self.vectors.nbytes)
 
 
 #: texts tokenized and encoded at a time: the tokenizer's output for a whole 64 MB partition (Python lists
@@ -307,7 +313,8 @@ class SemanticDedup:
 
         t0 = time.perf_counter()
         n_clusters = max(1, min(m, cfg.n_clusters or math.ceil(math.sqrt(m))))
-        sample = self._gather_sample(parts, sizes, executor)
+        sample = self._gather_sample(parts, sizes, min(cfg.kmeans_sample, cfg.kmeans_per_cluster * n_clusters),
+                                     executor)
         if n_clusters > 1:
             centroids = kernels.kmeans_fit(sample, n_clusters, cfg.seed, cfg.kmeans_iter, len(sample), self.device)
         else:  # one cluster: its centroid is the mean of the sample k-means would have been fit on
@@ -413,10 +420,10 @@ class SemanticDedup:
                 "too_short": int(sum(c[1] for c in counts)), "outside_vocabulary": int(outside),
                 "embeddings_computed": int(m - reused), "embeddings_reused": int(reused), "dim": model["dim"]}, model
 
-    def _gather_sample(self, parts: list, sizes: np.ndarray, executor: Executor) -> np.ndarray:
-        """The embeddings k-means is fit on (``kernels.semantic.sample_positions`` of all of them, in table
-        order), gathered from their partitions."""
-        positions = self.backend.semantic.sample_positions(int(sizes.sum()), self.cfg.kmeans_sample, self.cfg.seed)
+    def _gather_sample(self, parts: list, sizes: np.ndarray, points: int, executor: Executor) -> np.ndarray:
+        """The ``points`` embeddings k-means is fit on (``kernels.semantic.sample_positions`` of all of
+        them, in table order), gathered from their partitions."""
+        positions = self.backend.semantic.sample_positions(int(sizes.sum()), points, self.cfg.seed)
         starts = np.concatenate([[0], np.cumsum(sizes)])
         cuts = np.searchsorted(positions, starts)
         tasks = [delayed(_take_vectors)(part, positions[cuts[p]:cuts[p + 1]] - starts[p])

@@ -5,7 +5,7 @@ The distillation is model2vec's (Tulkens and van Dongen, 2024), reimplemented he
 
 1. every token of the vocabulary goes through the transformer alone, as ``[SEP] token [CLS]`` (model2vec
    found the reversed special tokens better), and its vector is the mean of the three outputs;
-2. PCA to ``DIMS`` dimensions, *whitened* (each component scaled to unit variance). Whitening is ours: on
+2. PCA to ``RECIPE["dims"]`` (256) dimensions, *whitened* (each component scaled to unit variance). Whitening is ours: on
    the labelled pairs of MRPC and PAN (train splits) it raised the best F1 by 0.007 and 0.013 over plain
    PCA (benchmarks/bench_static.py measures the result on the test splits);
 3. SIF weights from Zipf's law over the vocabulary's order (``SIF / (SIF + p(rank))``), which shrink the
@@ -15,7 +15,7 @@ A text is tokenized without special tokens and truncated to ``semantic.max_token
 tokens are left out of the mean. The vectors are built once per machine from ``semantic.model`` and
 cached under ``$GPUCURATE_CACHE_DIR/static/<fingerprint>`` (``vectors.npy`` and ``meta.json``), the
 fingerprint being a hash of the model's files and of the recipe. Building needs torch and takes about
-15 s on two cores; encoding needs only the tokenizer and a compiled kernel (on a CUDA device, Torch's
+20 s on two cores; encoding needs only the tokenizer and a compiled kernel (on a CUDA device, Torch's
 ``embedding_bag``).
 """
 
