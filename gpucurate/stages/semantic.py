@@ -98,7 +98,7 @@ class SemanticResult:
 
 def load_embeddings(path: str | Path, model: dict) -> dict[int, np.ndarray]:
     """text hash -> embedding from a previous output directory (or its ``embeddings/`` folder); only
-    shards written by the same model and ``max_tokens`` are used."""
+    shards written by the same model, ``max_tokens`` and ``vector_dtype`` are used."""
     root = Path(path)
     if (root / "embeddings").is_dir():
         root = root / "embeddings"
@@ -109,8 +109,9 @@ def load_embeddings(path: str | Path, model: dict) -> dict[int, np.ndarray]:
     for f in files:
         table = pq.read_table(f)
         meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
-        if meta.get("fingerprint") != model["fingerprint"] or meta.get("max_tokens") != str(model["max_tokens"]):
-            log.warning("semantic: %s was written by another model or max_tokens; not reused", f)
+        if meta.get("fingerprint") != model["fingerprint"] or meta.get("max_tokens") != str(model["max_tokens"]) or \
+                meta.get("vector_dtype", "float32") != model.get("vector_dtype", "float32"):
+            log.warning("semantic: %s was written by another model, max_tokens or vector_dtype; not reused", f)
             continue
         hashes = table.column("text_hash").to_numpy()
         vectors = np.asarray(table.column("embedding").combine_chunks().values, dtype=np.float32)
@@ -155,6 +156,7 @@ def embed_partition(df: pd.DataFrame, mask: np.ndarray, first_row: int, hashes: 
     local, texts = texts_partition(df, mask, cfg.min_chars)
     encoder = make_encoder(cfg, device, threads)
     model = encoder.fingerprint()
+    model = dict(model, vector_dtype=cfg.vector_dtype)
     stored = _stored_vectors(cfg.reuse_embeddings, tuple(sorted(model.items()))) if cfg.reuse_embeddings else {}
     kept_rows, vectors, reused = [], [], 0
     chunks = [texts.slice(start, EMBED_CHUNK) for start in range(0, len(local), EMBED_CHUNK)]
@@ -181,6 +183,7 @@ def embed_partition(df: pd.DataFrame, mask: np.ndarray, first_row: int, hashes: 
             reused += int((~missing).sum())
     rows = np.concatenate(kept_rows) if kept_rows else np.empty(0, np.int64)
     vectors = np.concatenate(vectors) if vectors else np.empty((0, encoder.dim), np.float32)
+    vectors = vectors.astype(cfg.vector_dtype, copy=False)  # what the engine keeps, spills and exchanges
     return PartEmbeddings(first_row + rows, vectors, int(mask.sum()) - len(local), len(local) - len(rows), reused,
                           model)
 
@@ -200,7 +203,7 @@ def _counts(part: PartEmbeddings) -> tuple:
 
 
 def _take_vectors(part: PartEmbeddings, positions: np.ndarray) -> np.ndarray:
-    return part.vectors[positions]
+    return part.vectors[positions].astype(np.float32)
 
 
 def _assign(part: PartEmbeddings, centroids: np.ndarray, probes: int, device: str, assign) -> tuple:
@@ -238,8 +241,8 @@ def _write_embedding_part(part: PartEmbeddings, state: dict, first_row: int, pat
     local = part.rows - first_row
     dim = part.vectors.shape[1]
     t = pa.table({"doc_id": id_array(state["id"][local]), "text_hash": pa.array(state["hash"][local], pa.uint64()),
-                  "embedding": pa.FixedSizeListArray.from_arrays(pa.array(part.vectors.reshape(-1), pa.float32()),
-                                                                 dim)})
+                  "embedding": pa.FixedSizeListArray.from_arrays(
+                      pa.array(part.vectors.reshape(-1).astype(np.float32, copy=False), pa.float32()), dim)})
     pq.write_table(t.replace_schema_metadata(meta), path, compression=None if compression == "none" else compression)
     return len(part.rows)
 
@@ -391,7 +394,8 @@ class SemanticDedup:
         parts = executor.compute(self._embed_tasks(ddf, table, participants, hashes, executor), "semantic: embed")
         stats, model = self._embed_stats([_counts(p) for p in parts])
         rows = np.concatenate([p.rows for p in parts]) if parts else np.empty(0, np.int64)
-        vectors = np.concatenate([p.vectors for p in parts]) if parts else np.zeros((0, stats["dim"]), np.float32)
+        vectors = np.concatenate([p.vectors for p in parts]).astype(np.float32, copy=False) if parts else \
+            np.zeros((0, stats["dim"]), np.float32)
         return Embedded(rows, vectors, model, stats, {"embed": time.perf_counter() - t0})
 
     def _embed_tasks(self, ddf, table, participants: list, hashes: list, executor: Executor):
@@ -408,7 +412,7 @@ class SemanticDedup:
             model = counts[0][4]
         else:  # no partition: the model is still loaded, to fail early on a bad one and to fingerprint it
             cfg = self.cfg
-            model = make_encoder(cfg, self.device).fingerprint()
+            model = dict(make_encoder(cfg, self.device).fingerprint(), vector_dtype=cfg.vector_dtype)
         m = sum(c[0] for c in counts)
         reused = sum(c[3] for c in counts)
         outside = sum(c[2] for c in counts)
