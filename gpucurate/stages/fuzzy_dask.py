@@ -1,11 +1,12 @@
 """The fuzzy stage's LSH and verification as Dask collections, for corpora whose band keys and shingle sets
 do not fit in one process.
 
-Sketches stay on the workers. Band entries ``(bucket key, row)`` are shuffled by key, each output
-partition walks its buckets with the same kernel as the driver path (all pairs up to
-``fuzzy.max_bucket_size`` members, anchors beyond), the pairs are shuffled to the partition of their ``i``,
-which drops the repeats, and each pair is verified there, ``j``'s shingle set sent once to each partition
-that needs it (``scored_pairs``): four shuffles. Connected components then run either on the driver over
+Sketches stay on the workers. Band entries ``(bucket key, row)`` go by the engine's exchange to bucket
+``key % P`` (array pieces: on a cluster one P2P shuffle of whole pieces, not a row per entry), each bucket
+walks its buckets with the same kernel as the driver path (all pairs up to ``fuzzy.max_bucket_size``
+members, anchors beyond), the pairs go by a second exchange to the partition of their ``i``, which drops
+the repeats, and each pair is verified there, ``j``'s shingle set sent once to each partition that needs
+it (``scored_pairs``: two shuffles of frames). Connected components then run either on the driver over
 the gathered edge list, or on Dask (``stages.components``) when the edge list is larger than
 ``fuzzy.driver_max_pairs`` (``fuzzy.components``). The candidate pairs, scores and therefore the
 annotations equal the driver path's either way (tested).
@@ -21,19 +22,21 @@ import pandas as pd
 import pyarrow as pa
 
 from ..engine.executor import Executor
-from ..engine.shuffle import by_bucket, owner_of
+from ..engine.shuffle import by_bucket, exchange, owner_of
 from ..engine.tasks import delayed, to_dask, value
-from ..kernels.pairs import bucket_pairs, index_of
+from ..kernels.pairs import distinct_pairs, index_of
 from .sketches import FuzzyParams, signature_partition
 
 log = logging.getLogger("gpucurate")
 
+#: a pair of table rows packed in one uint64: ``i << SHIFT32 | j``
+LOW32 = np.uint64(0xFFFFFFFF)
+SHIFT32 = np.uint64(32)
+
 #: candidate pairs a partition of the sorted edges and of the components (each round costs per partition)
 EDGES_PER_PARTITION = 500_000
 _LIST = pd.ArrowDtype(pa.list_(pa.uint64()))
-BANDS_META = pd.DataFrame({"key": pd.Series([], dtype=np.uint64), "row": pd.Series([], dtype=np.int64)})
 SETS_META = pd.DataFrame({"row": pd.Series([], dtype=np.int64), "shingles": pd.Series([], dtype=_LIST)})
-PAIRS_META = pd.DataFrame({"pair": pd.Series([], dtype=np.uint64), "pi": pd.Series([], dtype=np.int64)})
 _REQUESTS_META = pd.DataFrame({k: pd.Series([], dtype=np.int64) for k in ("j", "pi", "pj")})
 _SENT_META = pd.DataFrame({"j": pd.Series([], dtype=np.int64), "pi": pd.Series([], dtype=np.int64),
                            "shingles": pd.Series([], dtype=pd.ArrowDtype(pa.large_binary()))})
@@ -41,37 +44,48 @@ SCORED_META = pd.DataFrame({"i": pd.Series([], dtype=np.int64), "j": pd.Series([
                             "score": pd.Series([], dtype=np.float64)})
 
 
-def sketch_frames(part: pd.DataFrame, mask: np.ndarray, first_row: int, params: FuzzyParams, backend):
-    """Band entries and shingle sets of one partition's participants (table rows ``first_row + local``)."""
+def sketch_apart(part: pd.DataFrame, mask, first_row: int, params: FuzzyParams, backend) -> tuple[dict, dict]:
+    """The partition's participants (``rows``: table rows, ascending), as two values kept apart: the band
+    entries' inputs ``{"rows", "keys"}`` (uint64[m', bands], only the participants with shingles: an empty set
+    shares no bucket, as on the driver path), and the shingle sets ``{"rows", "offsets", "values"}`` (CSR,
+    int64[m + 1] and uint64), which the verification loads again and again without the keys."""
+    mask = np.asarray(mask, bool)
     keys, offsets, values, _ = signature_partition(part, mask, params, backend)
     rows = first_row + np.flatnonzero(mask).astype(np.int64)
-    # documents with no shingle have no bucket to share (as on the driver path)
     has = np.diff(offsets) > 0
-    bands = pd.DataFrame({"key": keys[has].reshape(-1),
-                          "row": np.repeat(rows[has], keys.shape[1]).astype(np.int64)})
-    shingles = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values, pa.uint64()))
-    sets = pd.DataFrame({"row": rows, "shingles": pd.arrays.ArrowExtensionArray(shingles)})
-    return bands, sets
+    return {"rows": rows[has], "keys": keys[has]}, {"rows": rows, "offsets": offsets, "values": values}
 
 
-def _bucket_pairs(df: pd.DataFrame, max_bucket: int, anchors: int, offsets: np.ndarray) -> pd.DataFrame:
-    """The distinct pairs (packed ``i << 32 | j``) of the buckets in ``df``, with the partition of ``i``."""
-    if len(df) == 0:
-        return PAIRS_META.copy()
-    order = np.lexsort((df["row"].to_numpy(), df["key"].to_numpy()))
-    keys = df["key"].to_numpy()[order]
-    rows = df["row"].to_numpy()[order].copy()
-    # a pair shares several bands: its repeats here are dropped before they are shuffled
-    pairs = np.unique(bucket_pairs(keys, rows, max_bucket, anchors))
-    return pd.DataFrame({"pair": pairs, "pi": owner_of(offsets, (pairs >> np.uint64(32)).astype(np.int64))})
+def band_split(bands: dict, n_buckets: int) -> tuple:
+    """The band entries ``(key, row)``, one piece per bucket ``key % n_buckets``."""
+    flat = bands["keys"].reshape(-1)
+    rows = np.repeat(bands["rows"], bands["keys"].shape[1])
+    return by_bucket((flat % np.uint64(n_buckets)).astype(np.int64), n_buckets, flat, rows)
 
 
-def _unique_pairs(df: pd.DataFrame, q: int) -> pd.DataFrame:
-    """The distinct pairs ``(i, j)`` whose ``i`` is in partition ``q``, sorted."""
-    _check_part(df.index, q)
-    pairs = np.unique(df["pair"].to_numpy())
-    return pd.DataFrame({"i": (pairs >> np.uint64(32)).astype(np.int64),
-                         "j": (pairs & np.uint64(0xFFFFFFFF)).astype(np.int64)})
+def pairs_by_partition(pieces: list, n_parts: int, max_bucket: int, anchors: int, part_offsets: np.ndarray,
+                  bucket_pairs) -> tuple:
+    """One bucket's candidate pairs, packed ``i << 32 | j``, one piece per partition of ``i``."""
+    keys = np.concatenate([p[0] for p in pieces]) if pieces else np.empty(0, np.uint64)
+    rows = np.concatenate([p[1] for p in pieces]) if pieces else np.empty(0, np.int64)
+    # rows ascend already (each piece in row order, the pieces in partition order): a stable sort by key
+    order = np.argsort(keys, kind="stable")
+    packed = bucket_pairs(keys[order], rows[order], max_bucket, anchors) if len(keys) else np.empty(0, np.uint64)
+    return by_bucket(owner_of(part_offsets, (packed >> SHIFT32).astype(np.int64)), n_parts, packed)
+
+
+def _pairs_of(pieces: list, first_row: int, n_rows: int) -> pd.DataFrame:
+    """The distinct pairs ``(i, j)`` of one partition of ``i`` from its pieces of packed pairs, sorted."""
+    packed = distinct_pairs(np.concatenate([p[0] for p in pieces]), first_row, n_rows) if pieces \
+        else np.empty(0, np.uint64)
+    return pd.DataFrame({"i": (packed >> SHIFT32).astype(np.int64), "j": (packed & LOW32).astype(np.int64)})
+
+
+def _sets_frame(sets: dict) -> pd.DataFrame:
+    """A partition's shingle sets (``sketch_apart``'s CSR) as the frame the verification's shuffles carry."""
+    shingles = pa.ListArray.from_arrays(pa.array(sets["offsets"].astype(np.int32)),
+                                        pa.array(sets["values"], pa.uint64()))
+    return pd.DataFrame({"row": sets["rows"], "shingles": pd.arrays.ArrowExtensionArray(shingles)})
 
 
 def _requests(pairs: pd.DataFrame, offsets: np.ndarray, q: int) -> pd.DataFrame:
@@ -193,20 +207,24 @@ def distributed_candidates(ddf, part_offsets: np.ndarray, participants: list, pa
     steps = {}
     t0 = time.perf_counter()
     offs = part_offsets
-    frames = [delayed(sketch_frames, nout=2)(part, participants[p], int(offs[p]), params, backend)
-              for p, part in enumerate(ddf.to_delayed())]
-    converted: dict = {}  # one conversion for both frames: each partition is sketched once
-    bands = dd.from_delayed(to_dask([f[0] for f in frames], converted), meta=BANDS_META, verify_meta=False)
-    sets = dd.from_delayed(to_dask([f[1] for f in frames], converted), meta=SETS_META, verify_meta=False)
-    bands, sets = executor.persist((bands, sets), "fuzzy: minhash")  # one sketch per partition, not two
+    made = [delayed(sketch_apart, nout=2)(part, participants[p], int(offs[p]), params, backend)
+            for p, part in enumerate(ddf.to_delayed())]
+    # a partition's two values next to each other: the graph's order takes both before the next sketch
+    kept = executor.persist_tasks([m[k] for m in made for k in (0, 1)], "fuzzy: minhash")
+    sets = dd.from_delayed(to_dask([delayed(_sets_frame)(s) for s in kept[1::2]]), meta=SETS_META,
+                           verify_meta=False)
+    sets = executor.persist(sets, "fuzzy: shingle sets")
     steps["minhash"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     nparts = max(1, ddf.npartitions)
-    pairs = bands.shuffle("key", npartitions=nparts).map_partitions(
-        _bucket_pairs, cfg.max_bucket_size, cfg.bucket_anchors, offs, meta=PAIRS_META)
-    by_i = by_partition(pairs, "pi", nparts).to_delayed()
-    pairs = executor.persist_tasks([delayed(_unique_pairs)(p, q) for q, p in enumerate(by_i)],
-                                   "fuzzy: candidate pairs (dask)")
+    # the band entries and then the pairs by the engine's exchanges of array pieces (a P2P shuffle of
+    # whole pieces on a cluster), not by shuffles of a row per entry
+    bands = exchange(executor, band_split, [(b,) for b in kept[0::2]], nparts, desc="fuzzy: band entries")
+    by_i = exchange(executor, pairs_by_partition, [(b,) for b in bands], nparts, cfg.max_bucket_size,
+                    cfg.bucket_anchors, offs, backend.pairs.bucket_pairs, desc="fuzzy: candidate pairs (dask)")
+    pairs = executor.persist_tasks([delayed(_pairs_of)(pieces, int(offs[q]), int(offs[q + 1] - offs[q]))
+                                    for q, pieces in enumerate(by_i)], "fuzzy: candidate pairs (dask)")
+    del bands, by_i, kept  # on a cluster, the band keys' futures go once the pairs are made
     n_pairs = int(sum(executor.compute([delayed(len)(p) for p in pairs], "fuzzy: count pairs")))
     steps["lsh"] = time.perf_counter() - t0
     t0 = time.perf_counter()

@@ -28,45 +28,13 @@ import pandas as pd
 
 from ..engine.executor import Executor
 from ..engine.partitions import Partitions
-from ..engine.shuffle import by_bucket, exchange, owner_of
+from ..engine.shuffle import exchange, owner_of
 from ..engine.spill import Loader, nbytes_of
 from ..engine.tasks import delayed
 from ..kernels.pairs import distinct_pairs
-from .fuzzy_dask import SCORED_META
-from .sketches import FuzzyParams, signature_partition
+from .fuzzy_dask import LOW32 as _LOW, SCORED_META, SHIFT32 as _SHIFT, band_split, pairs_by_partition, sketch_apart
+from .sketches import FuzzyParams
 
-_LOW = np.uint64(0xFFFFFFFF)
-_SHIFT = np.uint64(32)
-
-
-def _sketch(part: pd.DataFrame, mask, first_row: int, params: FuzzyParams, backend) -> tuple[dict, dict]:
-    """The partition's participants (``rows``: table rows, ascending), as two values kept apart: the band
-    entries' inputs ``{"rows", "keys"}`` (uint64[m', bands], only the participants with shingles: an empty set
-    shares no bucket, as on the driver path), and the shingle sets ``{"rows", "offsets", "values"}`` (CSR,
-    int64[m + 1] and uint64), which the verification loads again and again without the keys."""
-    mask = np.asarray(mask, bool)
-    keys, offsets, values, _ = signature_partition(part, mask, params, backend)
-    rows = first_row + np.flatnonzero(mask).astype(np.int64)
-    has = np.diff(offsets) > 0
-    return {"rows": rows[has], "keys": keys[has]}, {"rows": rows, "offsets": offsets, "values": values}
-
-
-def _band_split(bands: dict, n_buckets: int) -> tuple:
-    """The band entries ``(key, row)``, one piece per bucket ``key % n_buckets``."""
-    flat = bands["keys"].reshape(-1)
-    rows = np.repeat(bands["rows"], bands["keys"].shape[1])
-    return by_bucket((flat % np.uint64(n_buckets)).astype(np.int64), n_buckets, flat, rows)
-
-
-def _bucket_pairs(pieces: list, n_parts: int, max_bucket: int, anchors: int, part_offsets: np.ndarray,
-                  bucket_pairs) -> tuple:
-    """One bucket's candidate pairs, packed ``i << 32 | j``, one piece per partition of ``i``."""
-    keys = np.concatenate([p[0] for p in pieces]) if pieces else np.empty(0, np.uint64)
-    rows = np.concatenate([p[1] for p in pieces]) if pieces else np.empty(0, np.int64)
-    # rows ascend already (each piece in row order, the pieces in partition order): a stable sort by key
-    order = np.argsort(keys, kind="stable")
-    packed = bucket_pairs(keys[order], rows[order], max_bucket, anchors) if len(keys) else np.empty(0, np.uint64)
-    return by_bucket(owner_of(part_offsets, (packed >> _SHIFT).astype(np.int64)), n_parts, packed)
 
 
 def _packed(pairs: pd.DataFrame) -> tuple:
@@ -165,12 +133,12 @@ def exchange_candidates(ddf, table, participants: list, params: FuzzyParams, bac
     ``(scored, n_pairs, sets)`` like ``fuzzy_dask.distributed_candidates``, ``scored`` a ``Partitions`` of
     frames ``(i, j, score)`` by partition of ``i``, ``sets`` the ``KeptSets`` that scores other pairs."""
     n_parts, offs = table.npartitions, table.part_offsets
-    made = [delayed(_sketch, nout=2)(part, participants[p], int(offs[p]), params, backend)
+    made = [delayed(sketch_apart, nout=2)(part, participants[p], int(offs[p]), params, backend)
             for p, part in enumerate(ddf.to_delayed())]
     # a partition's two values next to each other: the graph's order takes both before the next sketch
     kept, nbytes = executor.persist_tasks([m[k] for m in made for k in (0, 1)], "fuzzy: minhash", measure=nbytes_of)
-    bands = exchange(executor, _band_split, [(b,) for b in kept[0::2]], n_parts, desc="fuzzy: band entries")
-    by_i = exchange(executor, _bucket_pairs, [(b,) for b in bands], n_parts, cfg.max_bucket_size,
+    bands = exchange(executor, band_split, [(b,) for b in kept[0::2]], n_parts, desc="fuzzy: band entries")
+    by_i = exchange(executor, pairs_by_partition, [(b,) for b in bands], n_parts, cfg.max_bucket_size,
                     cfg.bucket_anchors, offs, backend.pairs.bucket_pairs, desc="fuzzy: candidate pairs")
     del bands  # their pieces go as soon as their bucket task has run
     sets = KeptSets(kept[1::2], nbytes[1::2], backend.pairs.jaccard_between)
