@@ -702,6 +702,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | dict | No
     base : start from a copy of this Config instead of the defaults.
     """
     cfg = copy.deepcopy(base) if base is not None else Config()
+    if base is not None and cfg.semantic.threshold == SEMANTIC_THRESHOLDS.get(cfg.semantic.encoder):
+        cfg.semantic.threshold = None  # the base's default threshold follows an encoder changed here
     if path is not None:
         p = Path(path)
         if not p.is_file():

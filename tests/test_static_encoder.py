@@ -159,6 +159,11 @@ def test_threshold_follows_the_encoder():
     assert load_config(None, {}).semantic.threshold == SEMANTIC_THRESHOLDS["transformer"]
     assert load_config(None, {"semantic.encoder": "static"}).semantic.threshold == SEMANTIC_THRESHOLDS["static"]
     assert load_config(None, {"semantic.encoder": "static", "semantic.threshold": 0.8}).semantic.threshold == 0.8
+    # on top of a resolved config (the API's config= argument, ingest's stored one) the default follows too
+    base = load_config(None, {})
+    assert load_config(None, {"semantic.encoder": "static"}, base=base).semantic.threshold == SEMANTIC_THRESHOLDS["static"]
+    tuned = load_config(None, {"semantic.threshold": 0.8})
+    assert load_config(None, {"semantic.encoder": "static"}, base=tuned).semantic.threshold == 0.8
     with pytest.raises(ConfigError, match="semantic.encoder"):
         load_config(None, {"semantic.encoder": "fasttext"})
 
