@@ -64,7 +64,7 @@ def band_split(bands: dict, n_buckets: int) -> tuple:
 
 
 def pairs_by_partition(pieces: list, n_parts: int, max_bucket: int, anchors: int, part_offsets: np.ndarray,
-                  bucket_pairs) -> tuple:
+                       bucket_pairs) -> tuple:
     """One bucket's candidate pairs, packed ``i << 32 | j``, one piece per partition of ``i``."""
     keys = np.concatenate([p[0] for p in pieces]) if pieces else np.empty(0, np.uint64)
     rows = np.concatenate([p[1] for p in pieces]) if pieces else np.empty(0, np.int64)
@@ -74,11 +74,17 @@ def pairs_by_partition(pieces: list, n_parts: int, max_bucket: int, anchors: int
     return by_bucket(owner_of(part_offsets, (packed >> SHIFT32).astype(np.int64)), n_parts, packed)
 
 
-def _pairs_of(pieces: list, first_row: int, n_rows: int) -> pd.DataFrame:
-    """The distinct pairs ``(i, j)`` of one partition of ``i`` from its pieces of packed pairs, sorted."""
+def distinct_rows(pieces: list, first_row: int, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct pairs ``(i int64[e], j int64[e])`` of one partition of ``i`` (table rows ``first_row ..
+    first_row + n_rows - 1``) from its pieces ``(packed,)`` of ``pairs_by_partition``, sorted by ``(i, j)``."""
     packed = distinct_pairs(np.concatenate([p[0] for p in pieces]), first_row, n_rows) if pieces \
         else np.empty(0, np.uint64)
-    return pd.DataFrame({"i": (packed >> SHIFT32).astype(np.int64), "j": (packed & LOW32).astype(np.int64)})
+    return (packed >> SHIFT32).astype(np.int64), (packed & LOW32).astype(np.int64)
+
+
+def _pairs_of(pieces: list, first_row: int, n_rows: int) -> pd.DataFrame:
+    i, j = distinct_rows(pieces, first_row, n_rows)
+    return pd.DataFrame({"i": i, "j": j})
 
 
 def _sets_frame(sets: dict) -> pd.DataFrame:
@@ -209,11 +215,11 @@ def distributed_candidates(ddf, part_offsets: np.ndarray, participants: list, pa
     offs = part_offsets
     made = [delayed(sketch_apart, nout=2)(part, participants[p], int(offs[p]), params, backend)
             for p, part in enumerate(ddf.to_delayed())]
-    # a partition's two values next to each other: the graph's order takes both before the next sketch
-    kept = executor.persist_tasks([m[k] for m in made for k in (0, 1)], "fuzzy: minhash")
-    sets = dd.from_delayed(to_dask([delayed(_sets_frame)(s) for s in kept[1::2]]), meta=SETS_META,
-                           verify_meta=False)
-    sets = executor.persist(sets, "fuzzy: shingle sets")
+    # a partition's two values next to each other: the graph's order takes both before the next sketch; the
+    # sets kept only as the frame the verification's shuffles carry
+    kept = executor.persist_tasks([v for m in made for v in (m[0], delayed(_sets_frame)(m[1]))], "fuzzy: minhash")
+    sets = executor.persist(dd.from_delayed(to_dask(kept[1::2]), meta=SETS_META, verify_meta=False),
+                            "fuzzy: shingle sets")
     steps["minhash"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     nparts = max(1, ddf.npartitions)

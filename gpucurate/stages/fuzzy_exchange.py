@@ -31,8 +31,7 @@ from ..engine.partitions import Partitions
 from ..engine.shuffle import exchange, owner_of
 from ..engine.spill import Loader, nbytes_of
 from ..engine.tasks import delayed
-from ..kernels.pairs import distinct_pairs
-from .fuzzy_dask import LOW32 as _LOW, SCORED_META, SHIFT32 as _SHIFT, band_split, pairs_by_partition, sketch_apart
+from .fuzzy_dask import SCORED_META, SHIFT32, band_split, distinct_rows, pairs_by_partition, sketch_apart
 from .sketches import FuzzyParams
 
 
@@ -40,7 +39,7 @@ from .sketches import FuzzyParams
 def _packed(pairs: pd.DataFrame) -> tuple:
     """Pairs of table rows ``(i, j)`` as an exchange's piece: ``(i << 32 | j,)``."""
     i, j = pairs["i"].to_numpy(np.int64).astype(np.uint64), pairs["j"].to_numpy(np.int64).astype(np.uint64)
-    return ((i << _SHIFT) | j,)
+    return ((i << SHIFT32) | j,)
 
 
 def _verify_block(pieces: list, own: list, loaders: list, part_offsets: np.ndarray, first: int,
@@ -54,9 +53,7 @@ def _verify_block(pieces: list, own: list, loaders: list, part_offsets: np.ndarr
     out = []
     for r in range(k):
         first_row, n_rows = int(part_offsets[first + r]), int(part_offsets[first + r + 1] - part_offsets[first + r])
-        packed = distinct_pairs(np.concatenate([p[0] for p in pieces[r]]), first_row, n_rows) if pieces[r] \
-            else np.empty(0, np.uint64)
-        out.append(((packed >> _SHIFT).astype(np.int64), (packed & _LOW).astype(np.int64)))
+        out.append(distinct_rows(pieces[r], first_row, n_rows))
     i = np.concatenate([o[0] for o in out])
     j = np.concatenate([o[1] for o in out])
     scores = np.zeros(len(i), np.float64)

@@ -107,7 +107,8 @@ class TextTokenizer:
         self.backend.no_padding()
         self.backend.enable_truncation(max_tokens)
         self.max_tokens, self.special, self.threads = max_tokens, special, max(1, threads or 1)
-        self.unk_id = self.backend.token_to_id(_unk_token(self.backend)) if _unk_token(self.backend) else None
+        model = json.loads(self.backend.to_str())["model"]
+        self.unk_id = self.backend.token_to_id(model["unk_token"]) if model.get("unk_token") else None
         self.specials = self.backend.num_special_tokens_to_add(False) if special else 0
         self.wordpiece = WordPieceTables.from_backend(self.backend)
         # the special tokens around a text, and the spellings the library matches in raw text
@@ -116,7 +117,7 @@ class TextTokenizer:
         at = next(k for k in range(len(framed)) if framed[k:k + len(content)] == content)
         self.before, self.after = framed[:at], framed[at + len(content):]
         self.added = [t.content for t in self.backend.get_added_tokens_decoder().values() if t.content]
-        self.continuation = _continuation_table(self.backend)
+        self.continuation = _continuation_table(self.backend, model)
         if self.continuation is not None:
             self.special_ids = np.zeros(len(self.continuation), bool)
             self.special_ids[[i for i, t in self.backend.get_added_tokens_decoder().items()
@@ -236,13 +237,8 @@ def _cut(text: str, chars: int) -> str:
     return text[:space] if space > 0 else text
 
 
-def _unk_token(backend) -> str | None:
-    return json.loads(backend.to_str())["model"].get("unk_token")
-
-
-def _continuation_table(backend) -> np.ndarray | None:
+def _continuation_table(backend, model: dict) -> np.ndarray | None:
     """bool[vocabulary]: WordPiece tokens that continue a word (the ``##`` prefix); None for other models."""
-    model = json.loads(backend.to_str())["model"]
     if model.get("type") != "WordPiece":
         return None
     prefix = model.get("continuing_subword_prefix", "##")
