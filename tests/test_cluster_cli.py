@@ -105,7 +105,8 @@ def _cli_run(corpus_dir: Path, out: Path, address: str, *settings: str) -> subpr
 
 @pytest.mark.parametrize("components", ["driver", "auto"])
 def test_run_on_a_command_line_cluster_is_identical(tmp_path, corpus, components):
-    """The Dask LSH (auto on a cluster) with components on the driver or on Dask (auto on a cluster)."""
+    """The LSH on the workers (auto on a cluster) with components on the driver or by exchanges between the
+    partitions (auto on a cluster)."""
     corpus_dir, local = corpus
     cluster = CliCluster(tmp_path)
     try:
@@ -115,7 +116,7 @@ def test_run_on_a_command_line_cluster_is_identical(tmp_path, corpus, components
     assert done.returncode == 0, done.stderr[-3000:]
     pd.testing.assert_frame_equal(read_annotations(tmp_path / "out")[ANNOTATION_COLUMNS], local[ANNOTATION_COLUMNS])
     fuzzy = json.loads((tmp_path / "out" / "summary.json").read_text())["stages"]["fuzzy"]
-    assert fuzzy["lsh"] == "dask" and fuzzy["components"] == ("driver" if components == "driver" else "dask")
+    assert fuzzy["lsh"] == "dask" and fuzzy["components"] == ("driver" if components == "driver" else "exchanges")
 
 
 def test_a_killed_worker_is_retried_and_the_output_is_complete(tmp_path, corpus):

@@ -93,6 +93,7 @@ class Executor:
                 raise ConfigError(f"cannot connect to Dask scheduler {scheduler}: {str(exc).splitlines()[0]}") from None
             self.workers = max(1, sum(self.client.nthreads().values()))
             self._limits_at_start = self._read_limits()
+            self.task_bytes = self._worker_task_bytes()
             from .worker_plugin import TrimMemory
             self.client.register_plugin(TrimMemory(), name="gpucurate-trim-memory")
 
@@ -138,6 +139,17 @@ class Executor:
             return sorted({w.get("memory_limit") or 0 for w in self.client.scheduler_info()["workers"].values()})
         except Exception:  # noqa: BLE001 - the scheduler may be gone too
             return []
+
+    def _worker_task_bytes(self) -> int:
+        """On a cluster, what one running task may hold of its own: a quarter of the smallest worker's memory
+        limit per thread (the rest holds the persisted partitions, which Dask spills from 60% of the limit
+        on); without limits, as in one process."""
+        try:
+            shares = [w["memory_limit"] // max(1, w.get("nthreads", 1))
+                      for w in self.client.scheduler_info()["workers"].values() if w.get("memory_limit")]
+        except Exception:  # noqa: BLE001 - an old scheduler's answer without these fields
+            shares = []
+        return min(shares) // 4 if shares else self.task_bytes
 
     def _worker_limits(self) -> str:
         limits = self._read_limits() or self._limits_at_start  # a dead worker's replacement may not be up yet

@@ -9,7 +9,7 @@ Both go through the same stage code; here the partitions are ``engine.tasks`` ta
 
 from __future__ import annotations
 
-from .tasks import delayed
+from .tasks import delayed, to_dask
 
 
 class Partitions:
@@ -35,6 +35,11 @@ class Partitions:
 
     def to_delayed(self) -> list:
         return list(self._parts)
+
+    def to_dask(self):
+        """The partitions as a Dask DataFrame (for the steps written for one)."""
+        import dask.dataframe as dd
+        return dd.from_delayed(to_dask(self._parts), meta=self._meta, verify_meta=False)
 
 
 class Carried(dict):

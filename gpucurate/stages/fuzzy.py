@@ -322,27 +322,25 @@ class FuzzyDedup:
 
     def _run_dask(self, ddf, table: DocParts, participants: list, keys, executor: Executor, resident=None,
                   by_exchange: bool = False):
-        """LSH, verification and the members' similarity on Dask; components on the driver's edge list, or
-        on Dask when there are more than ``fuzzy.driver_max_pairs`` candidate pairs. With ``resident`` the
-        sketches are the states' device sketches (``device.distributed``), dropped at the end; with
-        ``by_exchange`` (``_sets_exceed``) the engine's exchanges in this process do the LSH and
-        verification (``fuzzy_exchange``) and the components run on the edge list here."""
-        from .fuzzy_dask import distributed_candidates, gather_edges
-        if by_exchange:
+        """LSH, verification and the members' similarity by the engine's exchanges between the partition tasks
+        (``fuzzy_exchange``; with ``resident``, between the states' device sketches, ``device.distributed``,
+        dropped at the end), on a cluster or in this process (``by_exchange``: ``_sets_exceed``, or
+        ``fuzzy.lsh=dask``). The components run by exchanges too in that case and on a cluster
+        (``fuzzy.components: auto``), else on Dask DataFrames (``dask``, or ``auto`` past
+        ``fuzzy.driver_max_pairs`` candidate pairs) or on the driver's edge list."""
+        from .fuzzy_dask import gather_edges
+        t0 = time.perf_counter()
+        if resident is not None:
+            from ..device.distributed import device_candidates
+            scored, n_pairs, sets = device_candidates(table, participants, resident, self.cfg, executor)
+        else:
             from .fuzzy_exchange import exchange_candidates
-            t0 = time.perf_counter()
             scored, n_pairs, sets = exchange_candidates(ddf, table, participants, self.params(), self.backend,
                                                         self.cfg, executor)
-            steps = {"lsh+verify": time.perf_counter() - t0}
-        elif resident is not None:
-            from ..device.distributed import device_candidates
-            t0 = time.perf_counter()
-            scored, n_pairs, sets = device_candidates(table, participants, resident, self.cfg, executor)
-            steps = {"lsh+verify": time.perf_counter() - t0}
-        else:
-            scored, n_pairs, sets, steps = distributed_candidates(ddf, table.part_offsets, participants,
-                                                                  self.params(), self.backend, self.cfg, executor)
+        steps = {"lsh+verify": time.perf_counter() - t0}
         t0 = time.perf_counter()
+        spilled = by_exchange
+        by_exchange = by_exchange or (resident is None and executor.client is not None and self.cfg.components == "auto")
         on_dask = not by_exchange and (self.cfg.components == "dask" or (self.cfg.components == "auto" and (
             executor.client is not None or n_pairs > self.cfg.driver_max_pairs)))
         where = "exchanges" if by_exchange else "dask" if on_dask else "driver"
@@ -362,7 +360,7 @@ class FuzzyDedup:
             table = table.without(executor, "fuzzy: free sketches", "sketch")
             result.stats["device_resident"] = True
         steps["cluster"] = time.perf_counter() - t0
-        result.stats.update(lsh="exchange" if by_exchange else "dask", components=where,
+        result.stats.update(lsh="exchange" if spilled else "dask", components=where,
                             step_seconds={k: round(v, 4) for k, v in steps.items()})
         return table, result
 
@@ -413,6 +411,8 @@ class FuzzyDedup:
         from .components import component_labels, labels_by_owner
         from . import fuzzy_dask
         n_parts = table.npartitions
+        if isinstance(scored, Partitions):  # the host path's frames, as the Dask DataFrame the components take
+            scored = scored.to_dask()
         edges = scored[scored["score"] >= self.score_threshold - 1e-12]
         n_edges = int(sum(executor.compute([delayed(len)(p) for p in edges.to_delayed()], "fuzzy: count edges")))
         labels = component_labels(edges, table.n, executor,

@@ -28,10 +28,12 @@ import pandas as pd
 
 from ..engine.executor import Executor
 from ..engine.partitions import Partitions
-from ..engine.shuffle import exchange, owner_of
+from ..engine.shuffle import by_bucket, exchange, owner_of
 from ..engine.spill import Loader, nbytes_of
-from ..engine.tasks import delayed
-from .fuzzy_dask import SCORED_META, SHIFT32, band_split, distinct_rows, pairs_by_partition, sketch_apart
+from ..engine.tasks import delayed, value
+from ..kernels.pairs import distinct_pairs
+from .fuzzy_dask import SCORED_META, SHIFT32, aligned_scores, band_split, distinct_rows, pairs_by_partition, \
+    sketch_apart
 from .sketches import FuzzyParams
 
 
@@ -42,41 +44,91 @@ def _packed(pairs: pd.DataFrame) -> tuple:
     return ((i << SHIFT32) | j,)
 
 
-def _verify_block(pieces: list, own: list, loaders: list, part_offsets: np.ndarray, first: int,
-                  jaccard_between) -> tuple:
-    """The exact Jaccard of the distinct pairs whose ``i`` is in partitions ``first .. first + k - 1``: one frame
-    ``(i, j, score)`` sorted by ``(i, j)`` per partition. ``pieces[r]``: partition ``first + r``'s pieces of
-    packed pairs (``(packed,)``, as ``by_bucket`` makes them); ``own[r]``: its sets. The sets of each other
-    partition that holds a ``j`` are loaded once (``loaders``: a ``spill.Loader`` per partition), the pairs
-    they meet scored and let go: the block holds its own sets and one other partition's at a time."""
-    k = len(own)
-    out = []
-    for r in range(k):
-        first_row, n_rows = int(part_offsets[first + r]), int(part_offsets[first + r + 1] - part_offsets[first + r])
-        out.append(distinct_rows(pieces[r], first_row, n_rows))
-    i = np.concatenate([o[0] for o in out])
-    j = np.concatenate([o[1] for o in out])
-    scores = np.zeros(len(i), np.float64)
-    owner_i = np.repeat(np.arange(k), [len(o[0]) for o in out])
-    owner_j = owner_of(part_offsets, j)
+def _distinct(pieces: list, first_row: int, n_rows: int) -> tuple:
+    """A partition's distinct candidate pairs, packed, from its pieces (``(packed,)`` each): one piece."""
+    return (distinct_pairs(np.concatenate([p[0] for p in pieces] + [np.empty(0, np.uint64)]), first_row, n_rows),)
+
+
+def _n_pairs(piece: tuple) -> int:
+    return len(piece[0])
+
+
+def _block_pairs(pieces: list, part_offsets: np.ndarray, first: int) -> tuple:
+    """The distinct pairs ``(i, j, r)`` of a block of partitions ``first .. first + k - 1`` (``r``: the block's
+    partition of ``i``), sorted by ``(i, j)``; ``pieces[r]``: partition ``first + r``'s pieces of packed pairs
+    (``(packed,)``, as ``by_bucket`` makes them)."""
+    out = [distinct_rows(pieces[r], int(part_offsets[first + r]), int(part_offsets[first + r + 1] - part_offsets[first + r]))
+           for r in range(len(pieces))]
+    return (np.concatenate([o[0] for o in out] + [np.empty(0, np.int64)]),
+            np.concatenate([o[1] for o in out] + [np.empty(0, np.int64)]),
+            np.repeat(np.arange(len(out)), [len(o[0]) for o in out]))
+
+
+def _score_into(scores: np.ndarray, pairs: tuple, owner_j: np.ndarray, own: list, parts: range, sets_of,
+                jaccard_between) -> None:
+    """Score the pairs ``(i, j, r)`` of a block (``_block_pairs``; ``own[r]``: the sets of its partition ``r``)
+    whose ``j`` is held by one of ``parts``, into ``scores``; ``sets_of(p)`` gives partition ``p``'s sets, each
+    asked for once and let go before the next."""
+    i, j, owner_i = pairs
+    at_all = np.flatnonzero((owner_j >= parts.start) & (owner_j < parts.stop))
     # the pairs in blocks of (partition of j, partition of i), each in (i, j) order
-    order = np.lexsort((owner_i, owner_j))
-    cuts = np.searchsorted(owner_j[order], np.arange(len(part_offsets)))
-    for p in range(len(part_offsets) - 1):
-        at = order[cuts[p]:cuts[p + 1]]
+    at_all = at_all[np.lexsort((owner_i[at_all], owner_j[at_all]))]
+    cuts = np.searchsorted(owner_j[at_all], np.arange(parts.start, parts.stop + 1))
+    for p in parts:
+        at = at_all[cuts[p - parts.start]:cuts[p - parts.start + 1]]
         if not len(at):
             continue
-        other = own[p - first] if first <= p < first + k else loaders[p]()
+        other = sets_of(p)
         b = np.searchsorted(other["rows"], j[at])
-        by_r = np.searchsorted(owner_i[at], np.arange(k + 1))  # ``at`` ascends by the partition of i too
+        by_r = np.searchsorted(owner_i[at], np.arange(len(own) + 1))  # ``at`` ascends by the partition of i too
         for r in np.flatnonzero(np.diff(by_r)):
             sel = at[by_r[r]:by_r[r + 1]]
             scores[sel] = jaccard_between(own[r]["offsets"], own[r]["values"], other["offsets"], other["values"],
                                           np.searchsorted(own[r]["rows"], i[sel]), b[by_r[r]:by_r[r + 1]])
         del other
-    bounds = np.cumsum([0] + [len(o[0]) for o in out])
+
+
+def _frames(pairs: tuple, scores: np.ndarray, k: int) -> tuple:
+    """One frame ``(i, j, score)`` per partition of a block's pairs (``_block_pairs``)."""
+    i, j, owner_i = pairs
+    bounds = np.searchsorted(owner_i, np.arange(k + 1))
     return tuple(pd.DataFrame({"i": i[bounds[r]:bounds[r + 1]], "j": j[bounds[r]:bounds[r + 1]],
                                "score": scores[bounds[r]:bounds[r + 1]]}) for r in range(k))
+
+
+def _verify_block(pieces: list, own: list, loaders: list, part_offsets: np.ndarray, first: int,
+                  jaccard_between) -> tuple:
+    """The exact Jaccard of the distinct pairs whose ``i`` is in partitions ``first .. first + k - 1``: one frame
+    ``(i, j, score)`` sorted by ``(i, j)`` per partition. ``pieces[r]``: partition ``first + r``'s pieces of
+    packed pairs; ``own[r]``: its sets. The sets of each other partition that holds a ``j`` are loaded once
+    (``loaders``: a ``spill.Loader`` per partition), the pairs they meet scored and let go: the block holds
+    its own sets and one other partition's at a time."""
+    k = len(own)
+    pairs = _block_pairs(pieces, part_offsets, first)
+    scores = np.zeros(len(pairs[0]), np.float64)
+    _score_into(scores, pairs, owner_of(part_offsets, pairs[1]), own, range(len(part_offsets) - 1),
+                lambda p: own[p - first] if first <= p < first + k else loaders[p](), jaccard_between)
+    return _frames(pairs, scores, k)
+
+
+def _score_block(pairs: tuple, own: list, others: list, part_offsets: np.ndarray, start: int,
+                 jaccard_between) -> np.ndarray:
+    """The scores of a block's pairs (``_block_pairs``) whose ``j`` is held by partitions ``start ..
+    start + len(others) - 1`` (``others``: their sets), in the pairs' order."""
+    owner_j = owner_of(part_offsets, pairs[1])
+    scores = np.zeros(len(owner_j), np.float64)
+    parts = range(start, start + len(others))
+    _score_into(scores, pairs, owner_j, own, parts, lambda p: others[p - start], jaccard_between)
+    return scores[(owner_j >= parts.start) & (owner_j < parts.stop)]
+
+
+def _assembled(pairs: tuple, scores: list, blocks: list, part_offsets: np.ndarray, k: int) -> tuple:
+    """``_frames`` of a block's pairs from the scores ``_score_block`` gave against each block of ``blocks``."""
+    owner_j = owner_of(part_offsets, pairs[1])
+    out = np.zeros(len(owner_j), np.float64)
+    for (start, stop), got in zip(blocks, scores):
+        out[(owner_j >= start) & (owner_j < stop)] = got
+    return _frames(pairs, out, k)
 
 
 def verify_blocks(nbytes: list, block_bytes: int) -> list[tuple[int, int]]:
@@ -113,16 +165,42 @@ class KeptSets:
 
     def scored_packed(self, table, executor: Executor, by_i: list, desc: str, measure=None):
         """``scored`` of the packed pairs ``i << 32 | j`` in ``by_i`` (per partition of ``i``, its pieces); with
-        ``measure``, ``(scored, measure of each frame)`` (``Executor.persist_tasks``). A task verifies a block
-        of partitions whose sets fit in half of what a task may hold (``Executor.task_bytes``), streaming the
-        other partitions' sets through."""
-        loaders = [Loader(s) for s in self.sets]
+        ``measure``, ``(scored, measure of each frame)`` (``Executor.persist_tasks``).
+
+        In one process a task verifies a block of partitions whose sets fit in half of what a task may hold
+        (``Executor.task_bytes``), streaming the other partitions' sets through. On a cluster a task's
+        arguments are all fetched before it starts, so a task scores one block's pairs against the sets of
+        one block (each block a quarter of what a task may hold), and a last task per block puts its scores
+        together: each block's sets travel once to each block that needs them, and no set is copied per pair."""
+        offs = table.part_offsets
+        jaccard_between = self.jaccard_between
+        if executor.client is None:
+            loaders = [Loader(s) for s in self.sets]
+            tasks = []
+            for first, stop in verify_blocks(self.nbytes, executor.task_bytes // 2):
+                tasks += list(delayed(_verify_block, nout=stop - first)(by_i[first:stop], self.sets[first:stop],
+                                                                        loaders, offs, first, jaccard_between))
+            return executor.persist_tasks(tasks, desc, measure)
+        blocks = verify_blocks(self.nbytes, executor.task_bytes // 4)
         tasks = []
-        for first, stop in verify_blocks(self.nbytes, executor.task_bytes // 2):
-            block = delayed(_verify_block, nout=stop - first)(by_i[first:stop], self.sets[first:stop], loaders,
-                                                              table.part_offsets, first, self.jaccard_between)
-            tasks += list(block)
+        for first, stop in blocks:
+            pairs = delayed(_block_pairs)(by_i[first:stop], offs, first)
+            own = self.sets[first:stop]
+            scores = [delayed(_score_block)(pairs, own, self.sets[start:end], offs, start, jaccard_between)
+                      for start, end in blocks]
+            tasks += list(delayed(_assembled, nout=stop - first)(pairs, scores, blocks, offs, stop - first))
         return executor.persist_tasks(tasks, desc, measure)
+
+    def pair_scores(self, table, executor: Executor, pi: np.ndarray, pj: np.ndarray) -> np.ndarray:
+        """float64 score of each pair ``(pi[k], pj[k])`` of table rows, in their order."""
+        if len(pi) == 0:
+            return np.empty(0, np.float64)
+        pi, pj = pi.astype(np.int64), pj.astype(np.int64)
+        by_i = [[value(((i.astype(np.uint64) << SHIFT32) | j.astype(np.uint64),))]
+                for i, j in by_bucket(owner_of(table.part_offsets, pi), table.npartitions, pi, pj)]
+        scored = executor.compute(self.scored_packed(table, executor, by_i, "fuzzy: similarity to canonicals"),
+                                  "fuzzy: similarity to canonicals")
+        return aligned_scores(pd.concat(scored, ignore_index=True), pi, pj)
 
 
 def exchange_candidates(ddf, table, participants: list, params: FuzzyParams, backend, cfg, executor: Executor):
@@ -137,9 +215,13 @@ def exchange_candidates(ddf, table, participants: list, params: FuzzyParams, bac
     bands = exchange(executor, band_split, [(b,) for b in kept[0::2]], n_parts, desc="fuzzy: band entries")
     by_i = exchange(executor, pairs_by_partition, [(b,) for b in bands], n_parts, cfg.max_bucket_size,
                     cfg.bucket_anchors, offs, backend.pairs.bucket_pairs, desc="fuzzy: candidate pairs")
-    del bands  # their pieces go as soon as their bucket task has run
+    pairs, lengths = executor.persist_tasks([delayed(_distinct)(pieces, int(offs[q]), int(offs[q + 1] - offs[q]))
+                                             for q, pieces in enumerate(by_i)], "fuzzy: candidate pairs",
+                                            measure=_n_pairs)
+    # the band keys and the pieces go once the pairs are kept (on a cluster, a lazy task holds its inputs'
+    # keys, not their futures: they had to stay until now)
     sets = KeptSets(kept[1::2], nbytes[1::2], backend.pairs.jaccard_between)
-    del kept  # the band keys go with it
-    scored, lengths = sets.scored_packed(table, executor, by_i, "fuzzy: verify", measure=len)
+    del bands, by_i, kept
+    scored = sets.scored_packed(table, executor, [[p] for p in pairs], "fuzzy: verify")
     n_pairs = int(sum(lengths))
     return Partitions(scored, SCORED_META), n_pairs, sets
