@@ -133,13 +133,15 @@ class FuzzyConfig:
     max_bucket_size: int = 1000
     bucket_anchors: int = 8
     #: where LSH buckets are formed and pairs verified: driver (band keys and shingle sets gathered to the
-    #: driver: fastest while they fit), dask (shuffled by bucket key and joined on the workers), auto: dask
-    #: on a Dask cluster (run.scheduler), driver otherwise. dask needs method minhash, verify and no boilerplate
+    #: driver: fastest while they fit), dask (by exchanges between the partition tasks, on the workers), auto:
+    #: dask on a Dask cluster (run.scheduler), driver otherwise (or by exchanges past the memory budget). dask
+    #: needs method minhash, verify and no boilerplate
     lsh: str = _choice("auto", "auto", "driver", "dask")
     #: where the connected components of the Dask LSH's edges run: driver (the edge list and the participants
-    #: gathered, 24 bytes a candidate pair), dask (min-label propagation over Dask DataFrames; labels,
-    #: canonicals and similarities stay on the workers), auto: dask on a Dask cluster (run.scheduler: the
-    #: driver then holds nothing per document) or when there are more than driver_max_pairs candidate pairs
+    #: gathered, 24 bytes a candidate pair), dask (min-label propagation over Dask DataFrames), auto: by
+    #: exchanges between the partition tasks on a Dask cluster (run.scheduler; the driver then holds nothing
+    #: per document), else on dask past driver_max_pairs candidate pairs, else on the driver. With dask and
+    #: exchanges, labels, canonicals and similarities stay on the workers
     components: str = _choice("auto", "auto", "driver", "dask")
     driver_max_pairs: int = 50_000_000
     #: leave out of signatures and verification the shingles found in more than boilerplate_max_df of the

@@ -111,8 +111,8 @@ def test_lsh_on_dask_equals_the_driver_path(tmp_path, demo_frame, extra, monkeyp
     with the shingle sets; the same candidate pairs, scores and annotations as the driver path (also with
     buckets over max_bucket_size, where anchors decide the pairs)."""
     import pyarrow.parquet as pq
-    from gpucurate.stages import fuzzy_dask
-    monkeypatch.setattr(fuzzy_dask, "EDGES_PER_PARTITION", 100)  # edges and components in several partitions
+    from gpucurate.stages import fuzzy_lsh
+    monkeypatch.setattr(fuzzy_lsh, "EDGES_PER_PARTITION", 100)  # edges and components in several partitions
     recs = demo_frame.head(900).to_dict(orient="records")
     for n in range(3):
         write_jsonl(tmp_path / f"part-{n}.jsonl", recs[n * 300:(n + 1) * 300])

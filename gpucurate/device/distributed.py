@@ -1,5 +1,5 @@
 """The fuzzy stage's LSH and verification where the sketches are: on the GPUs of a Dask cluster (one worker
-per GPU), or in one process with ``fuzzy.lsh=dask``. The device counterpart of ``stages.fuzzy_dask``.
+per GPU), or in one process with ``fuzzy.lsh=dask``. The device counterpart of ``stages.fuzzy_exchange``.
 
 Each partition's sketches stay where its text pass left them (the state's ``sketch``: on the device of
 the worker that holds the state). Three exchanges (``engine.shuffle.exchange``) move device arrays between
@@ -12,7 +12,7 @@ the partition tasks, never through this process:
 3. there each pair is scored against ``i``'s set (exact Jaccard).
 
 Only the scored pairs ``(i, j, score)`` come back to the host, as one pandas frame per partition of ``i``
-(what the host path's ``scored_pairs`` gives), so components and canonicals run as on the host path.
+(what the host path's ``KeptSets`` gives), so components and canonicals run as on the host path.
 The sketches and pieces are ``arrays.Spillable``s: on each device they stay within ``run.device_memory``,
 and one sent to another worker goes through host memory (its pickle holds host arrays), counted in the
 ledger; device-to-device sends over UCX are not used.
@@ -25,7 +25,7 @@ import pandas as pd
 
 from ..engine.shuffle import by_bucket, exchange
 from ..engine.tasks import delayed, to_dask, value
-from ..stages.fuzzy_dask import SCORED_META, aligned_scores
+from ..stages.fuzzy_lsh import SCORED_META, aligned_scores
 from . import glue
 from .arrays import Spillable
 
@@ -130,7 +130,7 @@ def _scored(table, to_owner: list, resident, executor, desc: str) -> list:
 
 def device_candidates(table, participants: list, resident, cfg, executor):
     """The scored candidate pairs of the participants (per partition a (delayed) bool mask of its rows):
-    ``(scored, n_pairs, sets)`` like ``fuzzy_dask.distributed_candidates``: ``scored`` a Dask DataFrame
+    ``(scored, n_pairs, sets)`` like ``fuzzy_exchange.exchange_candidates``: ``scored`` a Dask DataFrame
     ``(i, j, score)`` of table rows (``i < j``), ``sets`` the ``DeviceSets`` that scores other pairs."""
     import dask.dataframe as dd
     n_parts, offs = table.npartitions, table.part_offsets
@@ -147,7 +147,7 @@ def device_candidates(table, participants: list, resident, cfg, executor):
 
 class DeviceSets:
     """Scores of given pairs of table rows against the shingle sets on the devices (the states' sketches);
-    the counterpart of ``fuzzy_dask.HostSets``."""
+    the counterpart of ``fuzzy_exchange.KeptSets``."""
 
     def __init__(self, resident):
         self.resident = resident

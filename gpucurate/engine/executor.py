@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import deque
 from contextlib import contextmanager
 
 from ..errors import ConfigError, WorkerLostError
@@ -180,17 +181,30 @@ class Executor:
 
     def iter_compute(self, tasks: list, desc: str):
         """Compute ``tasks`` a few at a time (twice the threads), yielding results in order: for results
-        that together would not fit in this process."""
+        that together would not fit in this process. On a cluster that many are in flight, each next one
+        sent as a result comes (a batch at a time waited for its slowest task and a round trip)."""
         step = max(1, 2 * self.workers)
         with self.reporter.step(len(tasks), desc, "part") as bar, self._worker_deaths(desc):
+            if self.client is not None:
+                pending = deque()
+                for task in tasks:
+                    pending.append(self.client.compute(to_dask(task)))
+                    if len(pending) > step:
+                        yield self._next_result(pending, bar)
+                while pending:
+                    yield self._next_result(pending, bar)
+                return
             for start in range(0, len(tasks), step):
                 batch = tasks[start:start + step]
-                if self.client is None:
-                    results = self._dask_local(batch, desc) if holds_dask(batch) else compute(batch, self.workers)
-                else:
-                    results = self.client.gather(self.client.compute(to_dask(batch)))
+                results = self._dask_local(batch, desc) if holds_dask(batch) else compute(batch, self.workers)
                 bar.update(len(batch))
                 yield from results
+
+    @staticmethod
+    def _next_result(pending, bar):
+        result = pending.popleft().result()
+        bar.update(1)
+        return result
 
     def persist(self, collection, desc: str):
         """``collection`` (``Partitions`` or a Dask collection) with its partitions computed and kept

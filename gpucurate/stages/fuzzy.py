@@ -328,7 +328,7 @@ class FuzzyDedup:
         ``fuzzy.lsh=dask``). The components run by exchanges too in that case and on a cluster
         (``fuzzy.components: auto``), else on Dask DataFrames (``dask``, or ``auto`` past
         ``fuzzy.driver_max_pairs`` candidate pairs) or on the driver's edge list."""
-        from .fuzzy_dask import gather_edges
+        from .fuzzy_lsh import gather_edges
         t0 = time.perf_counter()
         if resident is not None:
             from ..device.distributed import device_candidates
@@ -409,14 +409,14 @@ class FuzzyDedup:
         is written (``_canonicals`` does the rest). ``scored`` partition ``q`` holds the pairs whose ``i`` is
         in table partition ``q``, sorted by ``(i, j)``: read in order, the driver path's edge order."""
         from .components import component_labels, labels_by_owner
-        from . import fuzzy_dask
+        from . import fuzzy_lsh
         n_parts = table.npartitions
         if isinstance(scored, Partitions):  # the host path's frames, as the Dask DataFrame the components take
             scored = scored.to_dask()
         edges = scored[scored["score"] >= self.score_threshold - 1e-12]
         n_edges = int(sum(executor.compute([delayed(len)(p) for p in edges.to_delayed()], "fuzzy: count edges")))
         labels = component_labels(edges, table.n, executor,
-                                  max(1, min(n_parts, n_pairs // fuzzy_dask.EDGES_PER_PARTITION + 1)))
+                                  max(1, min(n_parts, n_pairs // fuzzy_lsh.EDGES_PER_PARTITION + 1)))
         # each step is kept before the next takes its pieces, so a task's graph holds its own inputs only
         by_owner = executor.persist_tasks([delayed(labels_by_owner)(part, table.part_offsets)
                                            for part in labels.to_delayed()], "fuzzy: labels")

@@ -1,20 +1,21 @@
-"""The fuzzy stage's LSH and verification as the engine's bucketed exchanges, for a run on local threads whose
-shingle sets would not fit its memory budget (``run.memory_limit``): no step holds the corpus' sketches.
+"""The fuzzy stage's LSH and verification as the engine's bucketed exchanges between partition tasks: on a
+Dask cluster, and on local threads whose shingle sets would not fit the memory budget (``run.memory_limit``).
+No step holds the corpus' sketches, and nothing per document comes to the driver.
 
 1. each partition's participants are sketched once; its band keys and its shingle sets are kept apart where
-   the engine keeps a partition's state (``Executor.persist_tasks``: in memory within the budget, else on
-   disk, written once);
-2. the band entries ``(key, row)`` go to bucket ``key % P``; each bucket sorts its entries by
-   ``(key, row)`` and emits its pairs by ``pairs.bucket_pairs``' rule, packed ``i << 32 | j``, to the
-   partition of ``i``;
-3. a task per block of consecutive partitions (as many as half of what a task may hold:
-   ``Executor.task_bytes``) drops the repeats and scores its pairs (exact Jaccard) against its own sets and
-   those of each partition holding a ``j``, loaded once and let go (``spill.Loader``): no set is copied
-   into an exchange, so nothing but the sets themselves is ever written to disk (a crawl's scattered
-   copies sent a set to every partition of its copies: 2.25 GB written at x40, 0.4 GB/s here); one frame
+   the engine keeps a partition's state (``Executor.persist_tasks``: in one process in memory within the
+   budget, else on disk, written once; on a cluster on the worker that made them);
+2. the band entries ``(key, row)`` go to bucket ``key % B`` (``lsh_buckets``); each bucket sorts its entries
+   by ``(key, row)`` and emits its pairs by ``pairs.bucket_pairs``' rule, packed ``i << 32 | j``, to the
+   partition of ``i``, which keeps them without repeats;
+3. verification (``KeptSets``): in one process a task per block of consecutive partitions (as many as half
+   of what a task may hold: ``Executor.task_bytes``) scores its pairs (exact Jaccard) against its own sets
+   and those of each partition holding a ``j``, loaded once and let go (``spill.Loader``); on a cluster a
+   task per pair of blocks. No set is copied per pair into an exchange (a crawl's scattered copies sent a
+   set to every partition of its copies: 2.25 GB written at x40, 0.4 GB/s here); one frame
    ``(i, j, score)`` a partition;
 4. the components, canonicals and members' similarities follow by exchanges too
-   (``components.exchange_components``, ``FuzzyDedup._canonicals``): nothing per document comes to the driver.
+   (``components.exchange_components``, ``FuzzyDedup._canonicals``).
 
 The pieces between the steps are kept by the engine too (``engine.shuffle.exchange``), so past the budget
 they wait on disk. The candidate pairs and scores are the driver path's (``FuzzyDedup.run``), so the
@@ -32,7 +33,7 @@ from ..engine.shuffle import by_bucket, exchange, owner_of
 from ..engine.spill import Loader, nbytes_of
 from ..engine.tasks import delayed, value
 from ..kernels.pairs import distinct_pairs
-from .fuzzy_dask import SCORED_META, SHIFT32, aligned_scores, band_split, distinct_rows, pairs_by_partition, \
+from .fuzzy_lsh import SCORED_META, SHIFT32, aligned_scores, band_split, distinct_rows, pairs_by_partition, \
     sketch_apart
 from .sketches import FuzzyParams
 
@@ -145,6 +146,17 @@ def verify_blocks(nbytes: list, block_bytes: int) -> list[tuple[int, int]]:
     return blocks
 
 
+def lsh_buckets(band_bytes: int, n_parts: int, executor: Executor) -> int:
+    """Buckets of the band entries for ``band_bytes`` of band keys: one a partition in one process, where a
+    piece costs only its bytes. On a cluster every piece of a small exchange is a task, and a large one is a
+    P2P shuffle, each of which costs more than its bytes: as few buckets as fit a task's share (a bucket's
+    entries, two words a key, sorted, and its pairs) and keep every thread busy."""
+    if executor.client is None:
+        return n_parts
+    by_memory = -(-6 * band_bytes // max(1, executor.task_bytes))
+    return max(1, min(n_parts, max(by_memory, 2 * executor.workers)))
+
+
 def estimated_sketch_bytes(text_bytes: int, shingle: str) -> int:
     """What the sketches of ``text_bytes`` of text hold: about one 8-byte hash a word (word shingles, a word
     and its space about 6 bytes) or a character (character shingles), and the band keys."""
@@ -153,7 +165,7 @@ def estimated_sketch_bytes(text_bytes: int, shingle: str) -> int:
 
 class KeptSets:
     """Scores of given pairs of table rows against the kept shingle sets of each partition (the counterpart of
-    ``fuzzy_dask.HostSets`` for ``FuzzyDedup._canonicals``); ``nbytes[p]``: what partition ``p``'s hold."""
+    ``device.distributed.DeviceSets``, for ``FuzzyDedup._canonicals``); ``nbytes[p]``: what partition ``p``'s hold."""
 
     def __init__(self, sets: list, nbytes: list, jaccard_between):
         self.sets, self.nbytes, self.jaccard_between = sets, nbytes, jaccard_between
@@ -205,14 +217,15 @@ class KeptSets:
 
 def exchange_candidates(ddf, table, participants: list, params: FuzzyParams, backend, cfg, executor: Executor):
     """The scored candidate pairs of the participants (per partition a (delayed) bool mask of its rows):
-    ``(scored, n_pairs, sets)`` like ``fuzzy_dask.distributed_candidates``, ``scored`` a ``Partitions`` of
+    ``(scored, n_pairs, sets)``, ``scored`` a ``Partitions`` of
     frames ``(i, j, score)`` by partition of ``i``, ``sets`` the ``KeptSets`` that scores other pairs."""
     n_parts, offs = table.npartitions, table.part_offsets
     made = [delayed(sketch_apart, nout=2)(part, participants[p], int(offs[p]), params, backend)
             for p, part in enumerate(ddf.to_delayed())]
     # a partition's two values next to each other: the graph's order takes both before the next sketch
     kept, nbytes = executor.persist_tasks([m[k] for m in made for k in (0, 1)], "fuzzy: minhash", measure=nbytes_of)
-    bands = exchange(executor, band_split, [(b,) for b in kept[0::2]], n_parts, desc="fuzzy: band entries")
+    n_buckets = lsh_buckets(sum(nbytes[0::2]), n_parts, executor)
+    bands = exchange(executor, band_split, [(b,) for b in kept[0::2]], n_buckets, desc="fuzzy: band entries")
     by_i = exchange(executor, pairs_by_partition, [(b,) for b in bands], n_parts, cfg.max_bucket_size,
                     cfg.bucket_anchors, offs, backend.pairs.bucket_pairs, desc="fuzzy: candidate pairs")
     pairs, lengths = executor.persist_tasks([delayed(_distinct)(pieces, int(offs[q]), int(offs[q + 1] - offs[q]))

@@ -1,7 +1,8 @@
 """MinHash sketches of a partition: the LSH shape (``optimal_bands_rows``), the stage's parameters
 (``FuzzyParams``), and per partition the band keys, shingle sets (CSR) and signatures of the selected
-rows (``signature_partition``), collected as ``Sketches``. The fuzzy stage (``stages.fuzzy``), its Dask
-path (``stages.fuzzy_dask``), ingest, rethreshold and RAG chunk dedup all build on these."""
+rows (``signature_partition``), collected as ``Sketches``. The fuzzy stage (``stages.fuzzy``), its
+exchanges (``stages.fuzzy_lsh``, ``stages.fuzzy_exchange``), ingest, rethreshold and RAG chunk dedup all build on
+these."""
 
 from __future__ import annotations
 
