@@ -324,10 +324,10 @@ class FuzzyDedup:
                   by_exchange: bool = False):
         """LSH, verification and the members' similarity by the engine's exchanges between the partition tasks
         (``fuzzy_exchange``; with ``resident``, between the states' device sketches, ``device.distributed``,
-        dropped at the end), on a cluster or in this process (``by_exchange``: ``_sets_exceed``, or
-        ``fuzzy.lsh=dask``). The components run by exchanges too in that case and on a cluster
-        (``fuzzy.components: auto``), else on Dask DataFrames (``dask``, or ``auto`` past
-        ``fuzzy.driver_max_pairs`` candidate pairs) or on the driver's edge list."""
+        dropped at the end): on a cluster, in this process past its budget (``by_exchange``:
+        ``_sets_exceed``) or with ``fuzzy.lsh=dask``. The components run by exchanges too past the budget
+        and on a cluster (``fuzzy.components: auto``, host sketches), else on Dask DataFrames (``dask``, or
+        ``auto`` past ``fuzzy.driver_max_pairs`` candidate pairs) or on the driver's edge list."""
         from .fuzzy_lsh import gather_edges
         t0 = time.perf_counter()
         if resident is not None:
@@ -340,7 +340,7 @@ class FuzzyDedup:
         steps = {"lsh+verify": time.perf_counter() - t0}
         t0 = time.perf_counter()
         spilled = by_exchange
-        by_exchange = by_exchange or (resident is None and executor.client is not None and self.cfg.components == "auto")
+        by_exchange = spilled or (resident is None and executor.client is not None and self.cfg.components == "auto")
         on_dask = not by_exchange and (self.cfg.components == "dask" or (self.cfg.components == "auto" and (
             executor.client is not None or n_pairs > self.cfg.driver_max_pairs)))
         where = "exchanges" if by_exchange else "dask" if on_dask else "driver"

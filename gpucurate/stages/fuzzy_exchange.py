@@ -58,8 +58,8 @@ def _block_pairs(pieces: list, part_offsets: np.ndarray, first: int) -> tuple:
     """The distinct pairs ``(i, j, r)`` of a block of partitions ``first .. first + k - 1`` (``r``: the block's
     partition of ``i``), sorted by ``(i, j)``; ``pieces[r]``: partition ``first + r``'s pieces of packed pairs
     (``(packed,)``, as ``by_bucket`` makes them)."""
-    out = [distinct_rows(pieces[r], int(part_offsets[first + r]), int(part_offsets[first + r + 1] - part_offsets[first + r]))
-           for r in range(len(pieces))]
+    bounds = part_offsets[first:first + len(pieces) + 1]
+    out = [distinct_rows(pieces[r], int(bounds[r]), int(bounds[r + 1] - bounds[r])) for r in range(len(pieces))]
     return (np.concatenate([o[0] for o in out] + [np.empty(0, np.int64)]),
             np.concatenate([o[1] for o in out] + [np.empty(0, np.int64)]),
             np.repeat(np.arange(len(out)), [len(o[0]) for o in out]))
