@@ -18,9 +18,17 @@ def cluster():
 
 @pytest.mark.parametrize("p2p", [False, True])
 def test_scheduler_address_gives_identical_annotations(tmp_path, demo_frame, cluster, p2p, monkeypatch):
-    """With ``p2p`` every exchange between partition tasks is a P2P shuffle (``engine.shuffle._shuffled``)."""
+    """With ``p2p`` every exchange between partition tasks is a P2P shuffle (``engine.shuffle._shuffled``).
+    A task may hold 4 KB: the fuzzy verification runs in blocks of one partition (a task per pair of them),
+    and the LSH in a bucket per partition."""
     import pyarrow.parquet as pq
     from gpucurate.engine import shuffle
+    from gpucurate.engine.executor import Executor
+    from gpucurate.stages import fuzzy_exchange
+    monkeypatch.setattr(Executor, "_worker_task_bytes", lambda self: 4096)
+    blocks = []
+    real_blocks = fuzzy_exchange.verify_blocks
+    monkeypatch.setattr(fuzzy_exchange, "verify_blocks", lambda *a: blocks.append(real_blocks(*a)) or blocks[-1])
     shuffled = []
     if p2p:
         monkeypatch.setattr(shuffle, "TASK_PIECES_MAX", 0)
@@ -41,6 +49,7 @@ def test_scheduler_address_gives_identical_annotations(tmp_path, demo_frame, clu
     assert local["stages"]["substrings"]["documents_touched"] == remote["stages"]["substrings"]["documents_touched"] > 0
     assert ("_by_hash" in shuffled and "_members_by_label" in shuffled and "_windows_by_key" in shuffled) == p2p, \
         shuffled
+    assert blocks and all(len(b) == remote["stages"]["input"]["partitions"] for b in blocks), blocks
 
 
 def test_annotations_only_output_on_a_cluster(tmp_path, demo_frame, cluster):
