@@ -32,6 +32,12 @@ code, and the benchmark exits 1): the pair-heavy check is
 
     python benchmarks/bench_outofcore.py --group 40 --factors 40 --limits default --cluster 2GB --repeat 10
 
+``--profile`` adds, to each cluster run, where its workers' time went: per task function, the tasks, their
+seconds of compute, of transfer and of spill, and when the first started and the last ended (the task
+stream of a client attached to the scheduler; a table per run, and ``profile`` in the JSON row):
+
+    python benchmarks/bench_outofcore.py --shape scattered --factors 40 --limits default --cluster 2GB --profile
+
 Writes ``benchmarks/results/bench_outofcore.json`` (``--out``).
 """
 
@@ -180,6 +186,40 @@ def cluster(memory: str, folder: Path):
         log.close()
 
 
+@contextmanager
+def task_streams(address: str | None):
+    """``streams(since)``: the task stream of the cluster at ``address`` since ``since`` (``time.time()``),
+    recorded from now on; with ``address`` None, a ``streams`` that gives None."""
+    if address is None:
+        yield lambda since: None
+        return
+    from distributed import Client
+    with Client(address, timeout="60s") as client:
+        client.get_task_stream()  # the scheduler records every task from here on
+        yield lambda since: client.get_task_stream(start=since)
+
+
+def task_profile(stream: list, since: float) -> list[dict]:
+    """Per task function (``dask.utils.key_split`` of its key) of a cluster's task stream: its tasks, seconds of
+    compute, transfer and spill (disk) summed over the workers, and when the first started and the last
+    ended (seconds after ``since``), in the order they started."""
+    from dask.utils import key_split
+    kinds = {"compute": "compute_s", "transfer": "transfer_s", "disk-read": "spill_s", "disk-write": "spill_s"}
+    rows: dict = {}
+    for task in stream:
+        row = rows.setdefault(key_split(task["key"]), {"function": key_split(task["key"]), "tasks": 0,
+                                                       "compute_s": 0.0, "transfer_s": 0.0, "spill_s": 0.0,
+                                                       "first_s": None, "last_s": None})
+        row["tasks"] += 1
+        for span in task["startstops"]:
+            row[kinds.get(span["action"], "compute_s")] += span["stop"] - span["start"]
+            first, last = span["start"] - since, span["stop"] - since
+            row["first_s"] = first if row["first_s"] is None else min(row["first_s"], first)
+            row["last_s"] = last if row["last_s"] is None else max(row["last_s"], last)
+    out = sorted(rows.values(), key=lambda r: r["first_s"] if r["first_s"] is not None else 0.0)
+    return [{k: round(v, 2) if isinstance(v, float) else v for k, v in r.items()} for r in out]
+
+
 def _outputs(out: Path) -> dict:
     return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*.parquet"))}
 
@@ -196,6 +236,7 @@ def main(argv=None) -> int:
     p.add_argument("--cluster", metavar="MEMORY", help="also run each corpus on a 2-worker command-line cluster "
                                                          "with this --memory-limit per worker (e.g. 2GB)")
     p.add_argument("--repeat", type=int, default=1, help="runs in a row on the cluster, each a row")
+    p.add_argument("--profile", action="store_true", help="where each cluster run's worker time went (task stream)")
     p.add_argument("--out", default="benchmarks/results/bench_outofcore.json")
     args = p.parse_args(argv)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -217,14 +258,23 @@ def main(argv=None) -> int:
                     rows.append(_row(factor, limit, corpus, got, "", _outputs(out), reference, cores))
                     print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
                 else:
-                    with cluster(worker_memory, work) as (address, peaks):
+                    with cluster(worker_memory, work) as (address, peaks), \
+                            task_streams(address if args.profile else None) as streams:
                         for _ in range(args.repeat):  # the worker peaks are those of all runs so far
+                            since = time.time()
                             got = run_cli(src, out, None, address, check=False)
                             workers = " / ".join(f"{peaks[k]:,}" for k in sorted(peaks))
                             files = _outputs(out) if "exit_code" not in got else {}
                             rows.append(_row(factor, f"cluster {worker_memory}", corpus, got, workers, files,
                                              reference, cores))
                             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+                            stream = streams(since)
+                            if stream is not None:
+                                rows[-1]["profile"] = task_profile(stream, since)
+                                print_table(rows[-1]["profile"], ["function", "tasks", "compute_s", "transfer_s",
+                                                                  "spill_s", "first_s", "last_s"],
+                                            f"x{factor} {shape} on the cluster: {got['seconds']} s, worker time "
+                                            "by task function (first_s, last_s: seconds after the command started)")
                 reference = reference or _outputs(out)
                 if out.name != f"out-x{factor}-{args.limits[0]}":
                     shutil.rmtree(out, ignore_errors=True)
