@@ -179,12 +179,14 @@ def test_a_file_edited_after_planning_is_an_error(tmp_path, kind, keep_mtime):
         reader.load_narrow(specs[0], cfg)
 
 
-@pytest.mark.parametrize("parse_kept", [False, True])
-def test_a_file_edited_between_the_read_and_the_write_pass(tmp_path, monkeypatch, parse_kept):
-    """The writer re-reads a partition whose parse was not kept (``ParsedCache`` over its budget): an edit
-    in between stops the run. A kept parse is written as it was read: the output is the file as read."""
+@pytest.mark.parametrize("parse_in_memory", [False, True])
+def test_a_file_edited_between_the_read_and_the_write_pass(tmp_path, monkeypatch, parse_in_memory):
+    """The writer writes the parse of the read pass, kept in memory or, past its budget, in the spill folder
+    (``ParsedCache``): an edit in between changes nothing, the output is the file as read. A partition read
+    again (``output.columns=annotations`` with texts to show) stops at such an edit
+    (``test_a_file_edited_after_planning_is_an_error``)."""
     import gpucurate.workflows.run as pipeline
-    if not parse_kept:
+    if not parse_in_memory:
         monkeypatch.setattr(pipeline, "machine_memory", lambda: 0)
     path = tmp_path / "f.jsonl"
     path.write_bytes(_lines(40))
@@ -195,20 +197,17 @@ def test_a_file_edited_between_the_read_and_the_write_pass(tmp_path, monkeypatch
         _same_size_edit(path, keep_mtime=True)  # after the read pass, before the writer
         return result
     monkeypatch.setattr(pipeline, "annotate_parts", annotate_then_edit)
-    if not parse_kept:
-        with pytest.raises(InputError, match="changed while the run was reading it") as exc:
-            gpucurate.run([str(path)], tmp_path / "o", overrides=Q)
-        assert str(path) in str(exc.value)
-        return
-    gpucurate.run([str(path)], tmp_path / "o", overrides=Q)
+    summary = gpucurate.run([str(path)], tmp_path / "o", overrides=Q)
+    assert (summary["memory"]["spilled_bytes"] > 0) != parse_in_memory
     written = read_annotations(tmp_path / "o")
     read = [json.loads(x) for x in _lines(40).splitlines()]
     assert dict(zip(written["id"], written["text"])) == {r["id"]: r["text"] for r in read}
 
 
-def test_the_writer_uses_the_read_pass_parse_within_budget(tmp_path, monkeypatch):
-    """A local run writes from the read pass's parses (the writer reads nothing again) as long as they fit
-    the budget; over it, the partitions are read again; the output is the same either way."""
+def test_the_writer_uses_the_read_pass_parse_whatever_the_budget(tmp_path, monkeypatch):
+    """A local run writes from the read pass's parses (the writer reads nothing again): in memory as long as
+    they fit its budget, past it from the spill folder, where they were written once; the output is the
+    same either way."""
     import gpucurate.workflows.run as pipeline
     path = write_jsonl(tmp_path / "f.jsonl", [{"id": j, "text": f"text {j % 7} of row {j} " * 20, "x": j}
                                               for j in range(3000)])
@@ -219,20 +218,18 @@ def test_the_writer_uses_the_read_pass_parse_within_budget(tmp_path, monkeypatch
     rereads = []
     original = pipeline.load_partition  # what the write pass reads a partition with
     monkeypatch.setattr(pipeline, "load_partition", lambda spec, cfg: rereads.append(spec.index) or original(spec, cfg))
-    gpucurate.run([str(path)], tmp_path / "kept", overrides=overrides)
-    assert rereads == []
-    # a budget that holds about one partition: the others are read again
+    spilled = {}
     largest = max(reader.load_partition(spec, cfg).table.nbytes for spec in specs)
-    monkeypatch.setattr(pipeline, "machine_memory", lambda: 8 * (largest + largest // 2))
-    gpucurate.run([str(path)], tmp_path / "partly", overrides=overrides)
-    assert 0 < len(rereads) < len(specs)
-    rereads.clear()
-    monkeypatch.setattr(pipeline, "machine_memory", lambda: 0)
-    gpucurate.run([str(path)], tmp_path / "reread", overrides=overrides)
-    assert sorted(rereads) == list(range(len(specs)))
+    # all in memory; about one partition in memory; none
+    for name, machine in (("kept", None), ("partly", 8 * (largest + largest // 2)), ("on disk", 0)):
+        if machine is not None:
+            monkeypatch.setattr(pipeline, "machine_memory", lambda: machine)
+        spilled[name] = gpucurate.run([str(path)], tmp_path / name, overrides=overrides)["memory"]["spilled_bytes"]
+    assert rereads == []
+    assert spilled["kept"] == 0 and spilled["on disk"] >= largest * len(specs) // 2
     kept = read_annotations(tmp_path / "kept")
     assert kept["x"].tolist() == list(range(3000))
-    for other in ("partly", "reread"):
+    for other in ("partly", "on disk"):
         pd.testing.assert_frame_equal(kept, read_annotations(tmp_path / other))
 
 

@@ -233,6 +233,42 @@ def test_the_fuzzy_exchanges_do_not_depend_on_the_partitions(tmp_path):
         assert pq.read_table(out / "edges.parquet").equals(pq.read_table(tmp_path / "driver" / "edges.parquet"))
 
 
+def test_the_read_pass_sketches_once_and_keeps_no_text_that_nothing_reads(tmp_path, monkeypatch):
+    """On this process's threads the read pass makes the fuzzy stage's sketches, kept apart from the states:
+    the stage sketches nothing again, on the driver path as by exchanges, with the same output. The
+    normalized texts are not kept then, unless a later stage reads them (here the paragraph stage)."""
+    import pyarrow.parquet as pq
+    import gpucurate.workflows.run as pipeline
+    from gpucurate.stages import fuzzy, fuzzy_exchange
+
+    def sketched_again(*args, **kwargs):
+        raise AssertionError("the fuzzy stage sketched the texts again")
+    monkeypatch.setattr(fuzzy_exchange, "sketch_apart", sketched_again)
+    monkeypatch.setattr(fuzzy, "signature_partition", sketched_again)
+    kept_texts = []
+    original = pipeline._sketches_apart
+
+    def recorded(df, texts_later):
+        out = original(df, texts_later)
+        kept_texts.append("_text" in out[0].columns)
+        return out
+    monkeypatch.setattr(pipeline, "_sketches_apart", recorded)
+    src = _corpus(tmp_path, n=600, seed=5)
+    over = {**QUIET, "fuzzy.threshold": 0.6, "input.partition_bytes": 3000}
+    driver = run([str(src)], tmp_path / "driver", overrides=over)
+    exchange = run([str(src)], tmp_path / "exchange", overrides={**over, "run.memory_limit": "100kB"})
+    assert "lsh" not in driver["stages"]["fuzzy"] and exchange["stages"]["fuzzy"]["lsh"] == "exchange"
+    assert driver["stages"]["fuzzy"]["duplicates"] > 0
+    assert _files(tmp_path / "exchange") == _files(tmp_path / "driver")
+    assert len(kept_texts) == 2 * driver["stages"]["input"]["partitions"] and not any(kept_texts)
+    kept_texts.clear()
+    paragraphs = run([str(src)], tmp_path / "paragraphs", overrides={**over, "paragraphs.enabled": True})
+    assert kept_texts and all(kept_texts)
+    assert pq.read_table(tmp_path / "paragraphs" / "edges.parquet").equals(
+        pq.read_table(tmp_path / "driver" / "edges.parquet"))
+    assert paragraphs["stages"]["fuzzy"]["duplicates"] == driver["stages"]["fuzzy"]["duplicates"]
+
+
 def test_the_budget_is_shared_with_the_running_tasks_and_caches():
     """``run.memory_limit`` counts the tasks running at once (``WORKING_BYTES_PER_INPUT_BYTE`` x a partition's
     bytes each, up to half of it) and what a cache sets aside; the kept values get the rest."""
@@ -328,7 +364,7 @@ def test_verification_blocks_score_every_pair_whatever_their_size(task_bytes):
         sets, nbytes = [], []
         for p in range(len(offsets) - 1):
             rows = np.arange(offsets[p], offsets[p + 1])
-            part = {"rows": rows, "offsets": csr[rows[0]:rows[-1] + 2] - csr[rows[0]],
+            part = {"index": np.arange(len(rows)), "offsets": csr[rows[0]:rows[-1] + 2] - csr[rows[0]],
                     "values": values[csr[rows[0]]:csr[rows[-1] + 1]]}
             sets.append(executor.store.keep(part))
             nbytes.append(sum(a.nbytes for a in part.values()))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import dataclasses
 import errno
 import functools
 import logging
@@ -113,6 +114,8 @@ def nbytes_of(value) -> int:
         return _frame_nbytes(value)
     if isinstance(nbytes, (int, np.integer)):  # Arrow arrays and tables, pandas extension arrays
         return int(nbytes)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return sum(nbytes_of(getattr(value, f.name)) for f in dataclasses.fields(value))
     return sys.getsizeof(value)
 
 
@@ -185,6 +188,17 @@ class SpillStore:
             victims = self._victims(kept)
         self._spill_all(victims)
         return Task(self._load, (kept,), {})
+
+    def keep_on_disk(self, value) -> "Loader":
+        """``keep`` for a value that no task needs until much later: written to disk at once, not taking
+        the budget from the values that are needed sooner; the ``Loader`` that loads it."""
+        kept = _Kept(_ON_DISK, nbytes_of(value))
+        weakref.finalize(kept, _unlink, kept.file)
+        kept.file[0] = self._write(value)
+        with self._lock:
+            self.spills += 1
+            self.spilled_bytes += kept.nbytes
+        return Loader(Task(self._load, (kept,), {}))
 
     def _load(self, kept: _Kept):
         with kept.lock:

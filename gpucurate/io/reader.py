@@ -1156,11 +1156,13 @@ NARROW_META = pd.DataFrame({
 class ParsedCache:
     """Partitions as ``load_partition`` gave them to the read pass, kept for the write pass of a run on
     this process's threads, which then does not read and parse them again (on JSON Lines that was half
-    of the write step). At most ``budget`` bytes of Arrow data are kept; other partitions are read again.
-    ``columns``: keep only these columns of each parse (None: all of them)."""
+    of the write step). At most ``budget`` bytes of Arrow data are kept in memory; the others go to
+    ``overflow(part) -> task`` (``SpillStore.keep_on_disk``: writing and mapping a parse back costs a fifth
+    of parsing it again), or are read again without one. ``columns``: keep only these columns of each
+    parse (None: all of them)."""
 
-    def __init__(self, budget: int, columns: tuple | None = None):
-        self.budget, self.columns = budget, columns
+    def __init__(self, budget: int, columns: tuple | None = None, overflow=None):
+        self.budget, self.columns, self.overflow = budget, columns, overflow
         self._parts: dict = {}
         self._bytes = 0
         self._lock = threading.Lock()
@@ -1169,19 +1171,25 @@ class ParsedCache:
         if self.columns is not None:
             part = dataclasses.replace(part, table=part.table.select(list(self.columns)))
         with self._lock:
-            self._take(spec)
-            if self._bytes + part.table.nbytes <= self.budget:
+            self._pop(spec)
+            fits = self._bytes + part.table.nbytes <= self.budget
+            if fits:
                 self._parts[spec.index] = part
                 self._bytes += part.table.nbytes
+        if not fits and self.overflow is not None:
+            task = self.overflow(part)
+            with self._lock:
+                self._parts[spec.index] = task
 
     def take(self, spec: PartitionSpec) -> Optional[LoadedPartition]:
         """The partition's parse, given out once (None when it was not kept)."""
         with self._lock:
-            return self._take(spec)
+            part = self._pop(spec)
+        return part() if part is not None and not isinstance(part, LoadedPartition) else part  # overflowed
 
-    def _take(self, spec: PartitionSpec) -> Optional[LoadedPartition]:
+    def _pop(self, spec: PartitionSpec):
         part = self._parts.pop(spec.index, None)
-        if part is not None:
+        if isinstance(part, LoadedPartition):
             self._bytes -= part.table.nbytes
         return part
 

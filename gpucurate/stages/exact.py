@@ -47,7 +47,7 @@ def host_text_pass(df: pd.DataFrame, arg: tuple, index: int = 0):
     fuzzy stage (``arg``: ``(backend, HostSketching or None)``)."""
     backend, sketching = arg
     hashes, empty, words, chars = text_hash_partition(df, backend, index)
-    if sketching is None or not len(df):
+    if sketching is None:
         return hashes, empty, words, chars, None
     eligible = ~empty & ((chars if sketching.chars else words) >= sketching.min_length)
     if "_qrule" in df:

@@ -230,7 +230,7 @@ class FuzzyDedup:
                            self.score_threshold, self.bands, self.rows_per_band, stats, None)
 
     def run_parts(self, ddf, table: DocParts, participants: list, keys, executor: Executor,
-                  resident=None, host_sketches: bool = False) -> tuple[DocParts, FuzzyResult]:
+                  resident=None, made=None) -> tuple[DocParts, FuzzyResult]:
         """The stage over a run's table; ``participants``: per partition, a (delayed) bool mask of its rows to
         cluster. Adds ``fuzzy_canon`` (int64 row of the canonical), ``fuzzy_sim`` and ``fuzzy_participant``
         to the partitions' states.
@@ -242,15 +242,10 @@ class FuzzyDedup:
         the canonicals are sent back to the partitions.
 
         ``resident`` (a ``ResidentCorpus`` with params): the states hold the partitions' device sketches
-        (``sketch``), which the stage uses and then drops. ``host_sketches``: the states hold sketches the
-        read pass made on the CPU (``host_sketch``, ``exact.HostSketching``), which the driver's path uses and
-        every path drops."""
+        (``sketch``), which the stage uses and then drops. ``made``: the sketches the read pass made on the
+        CPU (``exact.HostSketching``), kept apart from the states (``fuzzy_exchange.ApartSketches``), which
+        the exchanges use as they are and the driver's path gathers; the stage lets them go."""
         device = resident is not None and resident.params is not None
-        if host_sketches and (self._on_dask(executor, quiet=True) or self._sets_exceed(table, executor,
-                                                                                          quiet=True)):
-            table.hand_over(executor, "host_sketch", "fuzzy: sketches")  # dropped: the other paths make their own
-            table = table.without(executor, "fuzzy: sketches", "host_sketch")  # and not loaded again if spilled
-            host_sketches = False
         if self._on_dask(executor):
             return self._run_dask(ddf, table, participants, keys, executor, resident if device else None)
         if device:  # in one process (``device_params``): the states' sketches are the Spillables themselves
@@ -260,11 +255,13 @@ class FuzzyDedup:
             table = table.without(executor, "fuzzy: sketches", "sketch")
             result = self._run_resident(keys, _gathered(participants, executor), resident, sketches)
         elif self._sets_exceed(table, executor):
-            return self._run_dask(ddf, table, participants, keys, executor, by_exchange=True)
-        elif host_sketches:  # the states are in this process: their sketches are taken, not copied
-            made = table.hand_over(executor, "host_sketch", "fuzzy: sketches")
-            table = table.without(executor, "fuzzy: sketches", "host_sketch")  # not loaded again if spilled
-            result = self.run(ddf, keys, _gathered(participants, executor), executor, made=made)
+            return self._run_dask(ddf, table, participants, keys, executor, by_exchange=True, made=made)
+        elif made is not None:  # gathered here, and let go by the store
+            from .fuzzy_lsh import joined
+            sketches = executor.compute([delayed(joined)(b, s) for b, s in zip(made.bands, made.sets)],
+                                        "fuzzy: sketches")
+            made.bands = made.sets = None
+            result = self.run(ddf, keys, _gathered(participants, executor), executor, made=sketches)
         else:
             result = self.run(ddf, keys, _gathered(participants, executor), executor)
         return self._scatter(table, result, executor), result
@@ -290,13 +287,12 @@ class FuzzyDedup:
                      executor.store.budget / 1e6)
         return True
 
-    def host_sketching(self, executor: Executor, planned_bytes: int, threads: int = 1):
-        """The ``exact.HostSketching`` of a run whose fuzzy sketches the read pass may make on the CPU: the
-        driver's path, which takes them (in one process, on the CPU, the LSH on the driver and the sets
-        within the budget for ``planned_bytes`` of input); else None, and the stage makes its own."""
+    def host_sketching(self, executor: Executor, threads: int = 1):
+        """The ``exact.HostSketching`` of a run whose fuzzy sketches the read pass makes on the CPU (in one
+        process, on the CPU, the LSH not on Dask: ``run_parts``' ``made``); else None, and the stage makes
+        its own."""
         from .exact import HostSketching
-        if executor.client is not None or self.backend.name != "cpu" or self._on_dask(executor, quiet=True) or \
-                self.sets_exceed(planned_bytes, executor, quiet=True):
+        if executor.client is not None or self.backend.name != "cpu" or self._on_dask(executor, quiet=True):
             return None
         params = self.params()
         params.threads = threads
@@ -321,7 +317,7 @@ class FuzzyDedup:
         return table.scatter(executor, "fuzzy: canonicals", "fuzzy", result.rows, result.canon, result.similarity)
 
     def _run_dask(self, ddf, table: DocParts, participants: list, keys, executor: Executor, resident=None,
-                  by_exchange: bool = False):
+                  by_exchange: bool = False, made=None):
         """LSH, verification and the members' similarity by the engine's exchanges between the partition tasks
         (``fuzzy_exchange``; with ``resident``, between the states' device sketches, ``device.distributed``,
         dropped at the end): on a cluster, in this process past its budget (``by_exchange``:
@@ -336,7 +332,7 @@ class FuzzyDedup:
         else:
             from .fuzzy_exchange import exchange_candidates
             scored, n_pairs, sets = exchange_candidates(ddf, table, participants, self.params(), self.backend,
-                                                        self.cfg, executor)
+                                                        self.cfg, executor, made)
         steps = {"lsh+verify": time.perf_counter() - t0}
         t0 = time.perf_counter()
         spilled = by_exchange

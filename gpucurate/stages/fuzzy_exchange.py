@@ -24,6 +24,8 @@ components, canonicals and output are byte-identical. The CPU counterpart of ``d
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -66,10 +68,10 @@ def _block_pairs(pieces: list, part_offsets: np.ndarray, first: int) -> tuple:
 
 
 def _score_into(scores: np.ndarray, pairs: tuple, owner_j: np.ndarray, own: list, parts: range, sets_of,
-                jaccard_between) -> None:
-    """Score the pairs ``(i, j, r)`` of a block (``_block_pairs``; ``own[r]``: the sets of its partition ``r``)
-    whose ``j`` is held by one of ``parts``, into ``scores``; ``sets_of(p)`` gives partition ``p``'s sets, each
-    asked for once and let go before the next."""
+                part_offsets: np.ndarray, first: int, jaccard_between) -> None:
+    """Score the pairs ``(i, j, r)`` of a block of partitions ``first ..`` (``_block_pairs``; ``own[r]``: the
+    sets of its partition ``r``, ``fuzzy_lsh.kept_apart``'s) whose ``j`` is held by one of ``parts``, into
+    ``scores``; ``sets_of(p)`` gives partition ``p``'s sets, each asked for once and let go before the next."""
     i, j, owner_i = pairs
     at_all = np.flatnonzero((owner_j >= parts.start) & (owner_j < parts.stop))
     # the pairs in blocks of (partition of j, partition of i), each in (i, j) order
@@ -80,12 +82,12 @@ def _score_into(scores: np.ndarray, pairs: tuple, owner_j: np.ndarray, own: list
         if not len(at):
             continue
         other = sets_of(p)
-        b = np.searchsorted(other["rows"], j[at])
+        b = other["index"][j[at] - part_offsets[p]]
         by_r = np.searchsorted(owner_i[at], np.arange(len(own) + 1))  # ``at`` ascends by the partition of i too
         for r in np.flatnonzero(np.diff(by_r)):
             sel = at[by_r[r]:by_r[r + 1]]
             scores[sel] = jaccard_between(own[r]["offsets"], own[r]["values"], other["offsets"], other["values"],
-                                          np.searchsorted(own[r]["rows"], i[sel]), b[by_r[r]:by_r[r + 1]])
+                                          own[r]["index"][i[sel] - part_offsets[first + r]], b[by_r[r]:by_r[r + 1]])
         del other
 
 
@@ -108,18 +110,19 @@ def _verify_block(pieces: list, own: list, loaders: list, part_offsets: np.ndarr
     pairs = _block_pairs(pieces, part_offsets, first)
     scores = np.zeros(len(pairs[0]), np.float64)
     _score_into(scores, pairs, owner_of(part_offsets, pairs[1]), own, range(len(part_offsets) - 1),
-                lambda p: own[p - first] if first <= p < first + k else loaders[p](), jaccard_between)
+                lambda p: own[p - first] if first <= p < first + k else loaders[p](), part_offsets, first,
+                jaccard_between)
     return _frames(pairs, scores, k)
 
 
-def _score_block(pairs: tuple, own: list, others: list, part_offsets: np.ndarray, start: int,
+def _score_block(pairs: tuple, own: list, others: list, part_offsets: np.ndarray, first: int, start: int,
                  jaccard_between) -> np.ndarray:
-    """The scores of a block's pairs (``_block_pairs``) whose ``j`` is held by partitions ``start ..
-    start + len(others) - 1`` (``others``: their sets), in the pairs' order."""
+    """The scores of the pairs (``_block_pairs``) of the block from partition ``first`` whose ``j`` is held by
+    partitions ``start .. start + len(others) - 1`` (``others``: their sets), in the pairs' order."""
     owner_j = owner_of(part_offsets, pairs[1])
     scores = np.zeros(len(owner_j), np.float64)
     parts = range(start, start + len(others))
-    _score_into(scores, pairs, owner_j, own, parts, lambda p: others[p - start], jaccard_between)
+    _score_into(scores, pairs, owner_j, own, parts, lambda p: others[p - start], part_offsets, first, jaccard_between)
     return scores[(owner_j >= parts.start) & (owner_j < parts.stop)]
 
 
@@ -198,7 +201,7 @@ class KeptSets:
         for first, stop in blocks:
             pairs = delayed(_block_pairs)(by_i[first:stop], offs, first)
             own = self.sets[first:stop]
-            scores = [delayed(_score_block)(pairs, own, self.sets[start:end], offs, start, jaccard_between)
+            scores = [delayed(_score_block)(pairs, own, self.sets[start:end], offs, first, start, jaccard_between)
                       for start, end in blocks]
             tasks += list(delayed(_assembled, nout=stop - first)(pairs, scores, blocks, offs, stop - first))
         return executor.persist_tasks(tasks, desc, measure)
@@ -215,17 +218,18 @@ class KeptSets:
         return aligned_scores(pd.concat(scored, ignore_index=True), pi, pj)
 
 
-def exchange_candidates(ddf, table, participants: list, params: FuzzyParams, backend, cfg, executor: Executor):
+def exchange_candidates(ddf, table, participants: list, params: FuzzyParams, backend, cfg, executor: Executor,
+                        made: "ApartSketches | None" = None):
     """The scored candidate pairs of the participants (per partition a (delayed) bool mask of its rows):
-    ``(scored, n_pairs, sets)``, ``scored`` a ``Partitions`` of
-    frames ``(i, j, score)`` by partition of ``i``, ``sets`` the ``KeptSets`` that scores other pairs."""
+    ``(scored, n_pairs, sets)``, ``scored`` a ``Partitions`` of frames ``(i, j, score)`` by partition of ``i``,
+    ``sets`` the ``KeptSets`` that scores other pairs. ``made``: the read pass's sketches, else each
+    partition's participants are sketched here."""
     n_parts, offs = table.npartitions, table.part_offsets
-    made = [delayed(sketch_apart, nout=2)(part, participants[p], int(offs[p]), params, backend)
-            for p, part in enumerate(ddf.to_delayed())]
-    # a partition's two values next to each other: the graph's order takes both before the next sketch
-    kept, nbytes = executor.persist_tasks([m[k] for m in made for k in (0, 1)], "fuzzy: minhash", measure=nbytes_of)
-    n_buckets = lsh_buckets(sum(nbytes[0::2]), n_parts, executor)
-    bands = exchange(executor, band_split, [(b,) for b in kept[0::2]], n_buckets, desc="fuzzy: band entries")
+    if made is None:
+        made = sketched_apart(ddf, participants, params, backend, executor)
+    n_buckets = lsh_buckets(sum(made.bands_nbytes), n_parts, executor)
+    bands = exchange(executor, band_split, [(b, participants[p], int(offs[p])) for p, b in enumerate(made.bands)],
+                     n_buckets, desc="fuzzy: band entries")
     by_i = exchange(executor, pairs_by_partition, [(b,) for b in bands], n_parts, cfg.max_bucket_size,
                     cfg.bucket_anchors, offs, backend.pairs.bucket_pairs, desc="fuzzy: candidate pairs")
     pairs, lengths = executor.persist_tasks([delayed(_distinct)(pieces, int(offs[q]), int(offs[q + 1] - offs[q]))
@@ -233,8 +237,32 @@ def exchange_candidates(ddf, table, participants: list, params: FuzzyParams, bac
                                             measure=_n_pairs)
     # the band keys and the pieces go once the pairs are kept (on a cluster, a lazy task holds its inputs'
     # keys, not their futures: they had to stay until now)
-    sets = KeptSets(kept[1::2], nbytes[1::2], backend.pairs.jaccard_between)
-    del bands, by_i, kept
+    sets = KeptSets(made.sets, made.sets_nbytes, backend.pairs.jaccard_between)
+    made.bands = None
+    del bands, by_i
     scored = sets.scored_packed(table, executor, [[p] for p in pairs], "fuzzy: verify")
     n_pairs = int(sum(lengths))
     return Partitions(scored, SCORED_META), n_pairs, sets
+
+
+@dataclass
+class ApartSketches:
+    """Each partition's sketches kept apart from its state (``fuzzy_lsh.kept_apart``): (delayed) ``bands`` and
+    ``sets`` per partition, and what each holds."""
+    bands: list
+    sets: list
+    bands_nbytes: list
+    sets_nbytes: list
+
+    @classmethod
+    def kept(cls, tasks: list, executor: Executor, desc: str) -> "ApartSketches":
+        """Compute ``tasks`` (each partition's ``(bands, sets)``, made with ``nout=2``) and keep their values."""
+        # a partition's two values next to each other: the graph's order takes both before the next sketch
+        kept, nbytes = executor.persist_tasks([t[k] for t in tasks for k in (0, 1)], desc, measure=nbytes_of)
+        return cls(kept[0::2], kept[1::2], nbytes[0::2], nbytes[1::2])
+
+
+def sketched_apart(ddf, participants: list, params: FuzzyParams, backend, executor: Executor) -> ApartSketches:
+    """The ``ApartSketches`` of each partition's participants, sketched from its normalized texts."""
+    return ApartSketches.kept([delayed(sketch_apart, nout=2)(part, participants[p], params, backend)
+                               for p, part in enumerate(ddf.to_delayed())], executor, "fuzzy: minhash")

@@ -17,7 +17,7 @@ import pandas as pd
 from ..engine.executor import Executor
 from ..engine.shuffle import by_bucket, owner_of
 from ..kernels.pairs import distinct_pairs
-from .sketches import FuzzyParams, signature_partition
+from .sketches import FuzzyParams, HostSketch, signature_partition
 
 #: a pair of table rows packed in one uint64: ``i << SHIFT32 | j``
 LOW32 = np.uint64(0xFFFFFFFF)
@@ -29,22 +29,39 @@ SCORED_META = pd.DataFrame({"i": pd.Series([], dtype=np.int64), "j": pd.Series([
                             "score": pd.Series([], dtype=np.float64)})
 
 
-def sketch_apart(part: pd.DataFrame, mask, first_row: int, params: FuzzyParams, backend) -> tuple[dict, dict]:
-    """The partition's participants (``rows``: table rows, ascending), as two values kept apart: the band
-    entries' inputs ``{"rows", "keys"}`` (uint64[m', bands], only the participants with shingles: an empty set
-    shares no bucket, as on the driver path), and the shingle sets ``{"rows", "offsets", "values"}`` (CSR,
-    int64[m + 1] and uint64), which the verification loads again and again without the keys."""
+def sketch_apart(part: pd.DataFrame, mask, params: FuzzyParams, backend) -> tuple[dict, dict]:
+    """The sketches of the partition's participants (``mask``) as two values kept apart (``kept_apart``)."""
     mask = np.asarray(mask, bool)
     keys, offsets, values, _ = signature_partition(part, mask, params, backend)
-    rows = first_row + np.flatnonzero(mask).astype(np.int64)
-    has = np.diff(offsets) > 0
-    return {"rows": rows[has], "keys": keys[has]}, {"rows": rows, "offsets": offsets, "values": values}
+    index = np.full(len(mask), -1, np.int64)
+    index[mask] = np.arange(len(keys))
+    return kept_apart(HostSketch(index, keys, offsets, values, None))
 
 
-def band_split(bands: dict, n_buckets: int) -> tuple:
-    """The band entries ``(key, row)``, one piece per bucket ``key % n_buckets``."""
-    flat = bands["keys"].reshape(-1)
-    rows = np.repeat(bands["rows"], bands["keys"].shape[1])
+def kept_apart(sketch: HostSketch) -> tuple[dict, dict]:
+    """A partition's sketches as two values kept apart: the band entries' inputs ``{"index", "keys", "has"}``
+    and the shingle sets ``{"index", "offsets", "values"}`` (CSR), which the verification loads again and
+    again without the keys. ``index[r]``: the sketch of the partition's row ``r`` (-1: none; rows with one
+    text share one), ``has[s]``: whether sketch ``s``'s set has shingles (an empty set shares no bucket, as
+    on the driver path)."""
+    return ({"index": sketch.index, "keys": sketch.keys, "has": np.diff(sketch.csr_offsets) > 0, "sigs": sketch.sigs},
+            {"index": sketch.index, "offsets": sketch.csr_offsets, "values": sketch.csr_values})
+
+
+def joined(bands: dict, sets: dict) -> HostSketch:
+    """The ``HostSketch`` of ``kept_apart``'s two values (for the driver path)."""
+    return HostSketch(bands["index"], bands["keys"], sets["offsets"], sets["values"], bands["sigs"])
+
+
+def band_split(bands: dict, mask, first_row: int, n_buckets: int) -> tuple:
+    """The band entries ``(key, row)`` of the partition's rows in ``mask`` (its participants, ``kept_apart``'s
+    ``bands``), one piece per bucket ``key % n_buckets``."""
+    local = np.flatnonzero(np.asarray(mask, bool) & (bands["index"] >= 0))
+    which = bands["index"][local]
+    with_shingles = bands["has"][which]
+    keys = bands["keys"][which[with_shingles]]
+    flat = keys.reshape(-1)
+    rows = np.repeat(first_row + local[with_shingles].astype(np.int64), keys.shape[1])
     return by_bucket((flat % np.uint64(n_buckets)).astype(np.int64), n_buckets, flat, rows)
 
 

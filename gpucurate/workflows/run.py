@@ -29,13 +29,17 @@ from ..config import Config, annotation_names, resolve_config
 from ..engine.clock import reset as reset_task_clock, totals as task_clock_totals
 from ..engine.executor import Executor, quiet_logs
 from ..engine.progress import stage as progress_stage
-from ..engine.spill import StagePeaks, machine_memory
-from ..io.reader import COMPRESSED_EXPANSION, ROW_BITS, ParsedCache, load_partition, plan_partitions, read_documents
+from ..engine.partitions import Partitions
+from ..engine.spill import StagePeaks, machine_memory, nbytes_of
+from ..engine.tasks import delayed
+from ..io.reader import ROW_BITS, ParsedCache, load_partition, plan_partitions, read_documents
 from .runindex import write_run_index
 from ..io.writer import StagedOutput, needs_texts, write_annotations, write_batches, write_json, write_partition
 from ..stages.contamination import ContaminationGate
 from ..stages.exact import ExactDedup
 from ..stages.fuzzy import FuzzyDedup, FuzzyResult
+from ..stages.fuzzy_exchange import ApartSketches
+from ..stages.fuzzy_lsh import kept_apart
 from ..stages.normalize import Normalize
 from ..stages.paragraphs import ParagraphDedup
 from ..stages.quality import QualityGate, QualityResult, rule_report
@@ -138,11 +142,14 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
             executor.client.run(process_ledger, backend.arrays.kind, True)
         # the parses kept for the write: an eighth of the machine, a quarter of the kept values' budget at
         # most, and taken out of it
-        # (only their texts with output.columns=annotations: the write pass reads no other input column)
+        # (only their texts with output.columns=annotations: the write pass reads no other input column);
+        # past that, on disk when the write will read them all
+        everything = cfg.output.columns == "all"
         parsed = ParsedCache(executor.store.set_aside(min(machine_memory() // 8, executor.store.budget // 4)),
-                             None if cfg.output.columns == "all" else (cfg.input.text_field,)) if local else None
+                             None if everything else (cfg.input.text_field,),
+                             executor.store.keep_on_disk if everything else None) if local else None
         ddf = read_documents(specs, cfg.input, reserved, local=local, cache=parsed)
-        result = deduplicate(ddf, cfg, executor, backend, timer, _locator(specs), planned_text_bytes(specs))
+        result = deduplicate(ddf, cfg, executor, backend, timer, _locator(specs))
         table = result.table
         with timer("write"):
             with timer.step("write", "report samples"):
@@ -290,15 +297,18 @@ class DedupResult:
 
 @dataclass
 class Prepared:
-    """A read batch after the partition pass: normalized texts (persisted), the document table (with the
-    quality columns ``qrule``, ``qvalue`` when rules are set; ingest replaces it by its ``DocTable`` in
-    memory), and the gates whose per-document work runs in the same pass."""
+    """A read batch after the partition pass: normalized texts (persisted; without them when no later
+    stage reads them), the document table (with the quality columns ``qrule``, ``qvalue`` when rules are
+    set; ingest replaces it by its ``DocTable`` in memory), the gates whose per-document work runs in the
+    same pass, and the fuzzy stage's sketches when the pass made them on the CPU, kept apart from the
+    table's states (``fuzzy_exchange.ApartSketches``; the stage takes them)."""
     ddf: object
     table: DocParts
     quality_limits: dict | None
     contamination_gate: ContaminationGate
     paragraph_stage: ParagraphDedup
     substring_stage: SubstringDedup
+    sketches: ApartSketches | None = None
 
     def quality(self, executor: Executor) -> QualityResult | None:
         """The quality columns as arrays in this process (ingest keeps its collection there)."""
@@ -313,11 +323,15 @@ class Prepared:
 
 
 def prepare(narrow_ddf, cfg: Config, executor: Executor, backend, describe=None, timer: Timer | None = None,
-            text_pass=None) -> Prepared:
+            text_pass=None, sketches: bool = False, texts_later: bool = True) -> Prepared:
     """The partition pass over a narrow Dask DataFrame (``io.reader.NARROW_META``): quality statistics,
     contamination n-gram matches and paragraph spans of the raw text, then normalization, then ``text_pass``
     (``ExactDedup.text_pass``: hashes and sketches) when given, each partition's chain one after another.
-    ``timer``: records the pass and the collection of the table as steps of ``read+normalize``."""
+    ``sketches``: the text pass makes the fuzzy stage's sketches on the CPU (``exact.HostSketching``, on
+    this process's threads), which are kept apart (``Prepared.sketches``). ``texts_later``: False when no
+    stage after the fuzzy one reads the normalized texts, which are then not kept unless a gate or removal
+    stage of this pass reads them again. ``timer``: records the pass and the collection of the table as
+    steps of ``read+normalize``."""
     timer = timer or Timer()
     quality_gate = QualityGate(cfg.quality)
     contamination_gate = ContaminationGate(cfg.contamination, backend)
@@ -336,15 +350,35 @@ def prepare(narrow_ddf, cfg: Config, executor: Executor, backend, describe=None,
     ddf = Normalize(cfg.normalize).run(ddf, threads)
     if text_pass is not None:
         ddf = text_pass(ddf)
+    made = None
+    texts_later = texts_later or contamination_gate.enabled or cfg.paragraphs.enabled or cfg.substrings.enabled
     with timer.step("read+normalize", "partition pass"):
-        ddf = executor.persist(ddf, "read+normalize")
+        if sketches:
+            split = [delayed(_sketches_apart, nout=3)(part, texts_later) for part in ddf.to_delayed()]
+            kept, nbytes = executor.persist_tasks([t[k] for t in split for k in range(3)], "read+normalize",
+                                                  measure=nbytes_of)
+            ddf = Partitions(kept[0::3], ddf._meta if texts_later else ddf._meta.drop(columns="_text"))
+            made = ApartSketches(kept[1::3], kept[2::3], nbytes[1::3], nbytes[2::3])
+        else:
+            ddf = executor.persist(ddf, "read+normalize")
     with timer.step("read+normalize", "collect"):
         table = DocParts.collect(ddf, executor, cfg.input.on_duplicate_id, describe)
     limits = None
     if quality_gate.active:
         table = table.update(executor, _quality_columns, "quality: collect", ddf.to_delayed())
         limits = quality_gate.limits()
-    return Prepared(ddf, table, limits, contamination_gate, paragraph_stage, substring_stage)
+    return Prepared(ddf, table, limits, contamination_gate, paragraph_stage, substring_stage, made)
+
+
+def _sketches_apart(df, texts_later: bool) -> tuple:
+    """A partition of the read pass as three values kept apart: the frame (without its texts unless
+    ``texts_later``) and its sketches' band keys and shingle sets (``fuzzy_lsh.kept_apart``)."""
+    bands, sets = kept_apart(df.attrs["text_pass"].pop("sketch"))
+    if not texts_later:
+        attrs = df.attrs
+        df = df.drop(columns="_text")
+        df.attrs = attrs
+    return df, bands, sets
 
 
 def _quality_columns(state: dict, first_row: int, df) -> dict:
@@ -355,14 +389,12 @@ def _quality_columns(state: dict, first_row: int, df) -> dict:
     return out
 
 
-def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Timer, describe=None,
-                planned_bytes: int | None = None) -> DedupResult:
-    """Gates and dedup stages over a narrow Dask DataFrame (``io.reader.NARROW_META``); each dedup stage
-    sees only the canonicals of the one before, and documents that fail a quality rule take no part.
+def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Timer, describe=None) -> DedupResult:
+    """Gates and dedup stages over a narrow Dask DataFrame (``io.reader.NARROW_META``) or ``Partitions``; each
+    dedup stage sees only the canonicals of the one before, and documents that fail a quality rule take no part.
 
-    The exact stage's text pass (hashes, and the fuzzy stage's sketches on the device, or on the CPU when
-    the fuzzy stage runs on the driver: ``planned_bytes`` of input, None: unknown, sketched by the stage)
-    is the last task of each partition's read chain.
+    The exact stage's text pass (hashes, and the fuzzy stage's sketches: on the device, or on the CPU over
+    ``Partitions`` when the LSH is not on Dask) is the last task of each partition's read chain.
 
     Every per-document column stays in the partitions' states (``DocParts``); the fuzzy and semantic stages
     still take their participants' masks and keys into this process (``RowKeys``) and hand back their
@@ -370,14 +402,17 @@ def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Tim
     resident = _resident(cfg, backend, executor)
     exact = ExactDedup(cfg, backend)
     sketching = None
-    if cfg.fuzzy.enabled and resident is None and planned_bytes is not None:
+    if cfg.fuzzy.enabled and resident is None and isinstance(narrow_ddf, Partitions):  # this process' partitions
         sketching = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, backend).host_sketching(
-            executor, planned_bytes, executor.threads_per_task(narrow_ddf.npartitions))
+            executor, executor.threads_per_task(narrow_ddf.npartitions))
     with timer("read+normalize") as stage:
         prep = prepare(narrow_ddf, cfg, executor, backend, describe, timer,
-                       functools.partial(exact.text_pass, resident=resident, sketching=sketching))
+                       functools.partial(exact.text_pass, resident=resident, sketching=sketching),
+                       sketches=sketching is not None,
+                       texts_later=sketching is None or semantic_enabled(cfg.semantic))
         stage.documents = prep.table.n  # what the later stages' lines count
     ddf, table = prep.ddf, prep.table
+    made, prep.sketches = prep.sketches, None  # the fuzzy stage lets them go
     contamination_gate = prep.contamination_gate
     with timer("exact"):
         table, exact_duplicates = exact.run(ddf, table, executor, resident)
@@ -386,8 +421,7 @@ def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Tim
     if cfg.fuzzy.enabled:
         with timer("fuzzy"):
             table, fuzzy = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, backend).run_parts(
-                ddf, table, table.map(_fuzzy_candidates, cfg=cfg.fuzzy), keys, executor, resident,
-                host_sketches=sketching is not None)
+                ddf, table, table.map(_fuzzy_candidates, cfg=cfg.fuzzy), keys, executor, resident, made)
     semantic = None
     if semantic_enabled(cfg.semantic):
         if cfg.semantic.enabled is None:
@@ -506,20 +540,6 @@ def _resident(cfg: Config, backend, executor: Executor):
     params = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, backend).device_params(executor) if cfg.fuzzy.enabled \
         else None
     return ResidentCorpus(backend.arrays, params, cfg.run.device_memory)
-
-
-def planned_text_bytes(specs) -> int:
-    """About the text bytes the planned partitions hold, before reading them (at least as many for plain JSON
-    Lines; compressed and Parquet files count ``COMPRESSED_EXPANSION`` times their size)."""
-    total = 0
-    for spec in specs:
-        for member in spec.parts():
-            if member.fmt == "jsonl" and member.compression is None and member.byte_end >= 0:
-                total += member.byte_end - member.byte_start
-            else:  # a whole file: its size when planned
-                total += (member.stamp[0] if member.stamp is not None and member.stamp[0] is not None else 0) * \
-                    COMPRESSED_EXPANSION
-    return total
 
 
 def _locator(specs):
