@@ -2,9 +2,10 @@
 Dask cluster, and on local threads whose shingle sets would not fit the memory budget (``run.memory_limit``).
 No step holds the corpus' sketches, and nothing per document comes to the driver.
 
-1. each partition's participants are sketched once; its band keys and its shingle sets are kept apart where
-   the engine keeps a partition's state (``Executor.persist_tasks``: in one process in memory within the
-   budget, else on disk, written once; on a cluster on the worker that made them);
+1. each partition is sketched once (in one process by the read pass, each distinct text of the rows that
+   may take part: ``exact.HostSketching``; on a cluster its participants, on the worker that holds it); its
+   band keys and its shingle sets are kept apart from its state (``ApartSketches``; in one process in memory
+   within the budget, else on disk, written once);
 2. the band entries ``(key, row)`` go to bucket ``key % B`` (``lsh_buckets``); each bucket sorts its entries
    by ``(key, row)`` and emits its pairs by ``pairs.bucket_pairs``' rule, packed ``i << 32 | j``, to the
    partition of ``i``, which keeps them without repeats;
