@@ -240,6 +240,24 @@ def test_candidate_pairs_on_skewed_keys_whatever_the_threads(threads):
         assert _lsh_pairs(keys, max_bucket, anchors, threads) == _reference_lsh_pairs(keys, max_bucket, anchors)
 
 
+def test_entry_pairs_are_the_bucket_rule_on_entries_in_any_order():
+    """``entry_pairs`` (an exchange bucket's band entries, rows in any order, keys repeated across rows and
+    bands, one bucket past the anchor bound): the distinct pairs of the plain bucket rule, sorted."""
+    from gpucurate.kernels.pairs import entry_pairs
+    rng = np.random.default_rng(11)
+    n, bands = 4000, 4
+    keys = rng.integers(0, 2500, size=(n, bands)).astype(np.uint64)
+    keys[rng.choice(n, 200, replace=False), 1] = 9_000_000
+    rows = 10 * np.arange(n, dtype=np.int64) + 3  # table rows, not 0..n-1
+    flat, docs = keys.reshape(-1), np.repeat(rows, bands)
+    shuffled = rng.permutation(len(flat))
+    for max_bucket, anchors in ((1000, 8), (50, 3)):
+        packed = entry_pairs(flat[shuffled], docs[shuffled], max_bucket, anchors)
+        got = list(zip((packed >> np.uint64(32)).tolist(), (packed & np.uint64(0xFFFFFFFF)).tolist()))
+        assert got == [(int(rows[i]), int(rows[j])) for i, j in _reference_lsh_pairs(keys, max_bucket, anchors)]
+    assert len(entry_pairs(np.empty(0, np.uint64), np.empty(0, np.int64), 10, 2)) == 0
+
+
 def test_band_seed_differs_per_band():
     seeds = {int(band_seed(np.uint64(42), j)) for j in range(64)}
     assert len(seeds) == 64

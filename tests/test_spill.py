@@ -282,19 +282,21 @@ def test_the_budget_is_shared_with_the_running_tasks_and_caches():
         assert executor.store.budget == 500
 
 
-def test_freed_memory_stays_in_the_process_only_under_a_large_budget(monkeypatch):
-    """A local executor lets glibc keep freed memory (heap arrays up to 64 MB, 256 MB kept) only under a budget
-    of ``ALLOCATOR_CACHE_FROM`` or more, and only where the CLI tuned the allocator."""
+def test_freed_memory_the_allocator_keeps_is_taken_out_of_the_budget(monkeypatch):
+    """A local executor lets glibc keep freed memory (256 MB from heap arrays up to 64 MB under a budget of
+    ``ALLOCATOR_CACHE_FROM`` or more; an eighth of a smaller budget, from arrays up to a sixty-fourth of it),
+    and the kept values' budget is that much smaller; only where the CLI tuned the allocator."""
     from gpucurate.engine.executor import Executor
     calls = []
     monkeypatch.setattr(spill, "_mallopt", lambda option, value: calls.append((option, value)))
-    with Executor(workers=1, progress=False, memory_limit=spill.ALLOCATOR_CACHE_FROM - 1):
-        assert calls == []
-    with Executor(workers=1, progress=False, memory_limit=spill.ALLOCATOR_CACHE_FROM):
-        assert calls == [(-3, 64 << 20), (-1, 256 << 20)]
+    budgets = {}
+    for limit in (1 << 30, spill.ALLOCATOR_CACHE_FROM, 8 << 20):
+        with Executor(workers=1, progress=False, memory_limit=limit) as executor:
+            budgets[limit] = executor.store.budget
+    assert calls == [(-3, 16 << 20), (-1, 128 << 20), (-3, 64 << 20), (-1, 256 << 20), (-3, 256 << 10), (-1, 1 << 20)]
     monkeypatch.setattr(spill, "_mallopt", None)
-    with Executor(workers=1, progress=False, memory_limit=8 << 30):
-        pass  # not tuned (a library call): nothing to change
+    with Executor(workers=1, progress=False, memory_limit=1 << 30) as executor:
+        assert executor.store.budget == budgets[1 << 30] + (128 << 20)  # not tuned (a library call): nothing kept
 
 
 @pytest.mark.parametrize("n_parts", [1, 5, 13])

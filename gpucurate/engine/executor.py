@@ -82,8 +82,8 @@ class Executor:
         #: what one running task may hold of its own (a thread's share of what is set aside)
         self.task_bytes = reserved // self.workers
         self.store = SpillStore(self.memory_limit - reserved, spill_dir)
-        if not scheduler:
-            fit_allocator_to(self.memory_limit)
+        if not scheduler:  # what the allocator keeps of freed memory is held too
+            self.store.set_aside(fit_allocator_to(self.memory_limit))
         if gpus and not scheduler:
             scheduler = self._start_cuda_cluster()
         if scheduler:

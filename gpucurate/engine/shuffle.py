@@ -16,6 +16,7 @@ import math
 import pickle
 
 import numpy as np
+import pyarrow as pa
 
 from .tasks import delayed, to_dask
 
@@ -148,9 +149,9 @@ def lookup(executor, requests: list, owners: list, part_offsets: np.ndarray, ans
         asks about (repeats allowed).
     owners : per partition ``q``, a (delayed) object with what ``answer`` needs of its rows.
     part_offsets : int64[P + 1]: partition ``q`` holds rows ``part_offsets[q]:part_offsets[q + 1]``.
-    answer : ``answer(owner_q, local_rows, counts) -> tuple of arrays`` aligned with ``local_rows`` (int64,
-        unique, ascending, relative to ``q``); ``counts[k]``: how many requests of all partitions asked for
-        that row (what a group-by count needs).
+    answer : ``answer(owner_q, local_rows, counts) -> tuple of arrays`` (NumPy or Arrow) aligned with
+        ``local_rows`` (int64, unique, ascending, relative to ``q``); ``counts[k]``: how many requests of all
+        partitions asked for that row (what a group-by count needs).
 
     Returns
     -------
@@ -167,7 +168,7 @@ def lookup(executor, requests: list, owners: list, part_offsets: np.ndarray, ans
 
 def answer_columns(owner: tuple, local: np.ndarray, counts: np.ndarray) -> tuple:
     """A ``lookup`` answer: the owner's columns (a tuple of arrays) at the rows asked for."""
-    return tuple(column[local] for column in owner)
+    return tuple(_taken(column, local) for column in owner)
 
 
 def _split_requests(rows: np.ndarray, n_groups: int, row_bounds: np.ndarray) -> tuple:
@@ -184,12 +185,24 @@ def _answer_group(pieces: list, owners: list, offsets: np.ndarray, answer, n_req
     cuts = np.searchsorted(unique, offsets)
     parts = [answer(owner, unique[cuts[q]:cuts[q + 1]] - offsets[q], counts[cuts[q]:cuts[q + 1]].astype(np.int64))
              for q, owner in enumerate(owners)]
-    columns = tuple(np.concatenate([p[k] for p in parts]) for k in range(len(parts[0]))) if parts else ()
+    columns = tuple(_joined([p[k] for p in parts]) for k in range(len(parts[0]))) if parts else ()
     # each piece's rows are unique and ascending: a sorted subset of ``unique``
-    return tuple(tuple(c[np.searchsorted(unique, p[0])] for c in columns) for p in pieces)
+    return tuple(tuple(_taken(c, np.searchsorted(unique, p[0])) for c in columns) for p in pieces)
 
 
 def _merge_answers(rows: np.ndarray, pieces: list) -> tuple:
     """A partition's answers in the order of its requests (pieces come in group order, i.e. row order)."""
     _, inverse = np.unique(np.asarray(rows, np.int64), return_inverse=True)
-    return tuple(np.concatenate([p[k] for p in pieces])[inverse] for k in range(len(pieces[0])))
+    return tuple(_taken(_joined([p[k] for p in pieces]), inverse) for k in range(len(pieces[0])))
+
+
+def _joined(columns: list):
+    """One answer column of NumPy or Arrow arrays (text answers are Arrow: no object per value to copy,
+    pickle or keep)."""
+    if columns and isinstance(columns[0], pa.Array):
+        return pa.concat_arrays(columns)
+    return np.concatenate(columns)
+
+
+def _taken(column, at: np.ndarray):
+    return column.take(pa.array(at)) if isinstance(column, pa.Array) else column[at]

@@ -124,6 +124,41 @@ def split_by_key(flat, bands, bits):
     return keys, docs, start
 
 
+@njit(nogil=True, cache=True, aot=("u8[:], i8[:], i8",))
+def split_entries(keys, docs, bits):
+    """``split_by_key`` of band entries given as ``(keys uint64[m], docs int64[m])`` (documents in the order
+    they stay in within a bin)."""
+    m = keys.shape[0]
+    shift = U64(64 - bits)
+    n_bins = 1 << bits
+    start = np.zeros(n_bins + 1, np.int64)
+    for x in range(m):
+        start[np.int64((keys[x] * _SPREAD) >> shift) + 1] += 1
+    for b in range(n_bins):
+        start[b + 1] += start[b]
+    fill = start[:n_bins].copy()
+    out_keys = np.empty(m, np.uint64)
+    out_docs = np.empty(m, np.int64)
+    for x in range(m):
+        b = np.int64((keys[x] * _SPREAD) >> shift)
+        out_keys[fill[b]] = keys[x]
+        out_docs[fill[b]] = docs[x]
+        fill[b] += 1
+    return out_keys, out_docs, start
+
+
+def entry_pairs(keys: np.ndarray, docs: np.ndarray, max_bucket: int, anchors: int) -> np.ndarray:
+    """``bucket_pairs`` of band entries ``(keys uint64[m], docs int64[m])`` in any order, sorted and without
+    repeats (``uint64``, ``i << 32 | j``): the driver path's radix bins (``candidate_pairs``), in linear work
+    where a sort of the entries by key was ``O(m log m)``."""
+    if not len(keys):
+        return np.empty(0, np.uint64)
+    bits = _radix_bits(len(keys), 1 << 16)
+    keys, docs, start = split_entries(np.ascontiguousarray(keys, np.uint64), np.ascontiguousarray(docs, np.int64),
+                                      bits)
+    return bin_pairs(keys, docs, start, bits, 0, 1 << bits, max_bucket, anchors)
+
+
 @njit(nogil=True, cache=True, aot=("u8[:], i8[:], i8[:], i8, i8, i8, i8, i8",))
 def bin_pairs(keys, docs, start, bits, bin_lo, bin_hi, max_bucket, anchors):
     """``bucket_pairs`` of the bins ``bin_lo..bin_hi-1`` of ``split_by_key``, sorted and without repeats

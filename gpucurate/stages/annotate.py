@@ -357,7 +357,7 @@ def edge_batches(table: DocParts, fuzzy: FuzzyResult | None, semantic: SemanticR
                 yield edges.slice(c, EDGE_BATCH)
 
     def from_parts(parts, method, threshold):
-        ids = lookup(executor, [delayed(_pair_rows)(p) for p in parts], table.columns("id"), table.part_offsets,
+        ids = lookup(executor, [delayed(_pair_rows)(p) for p in parts], table.map(_id_column), table.part_offsets,
                      answer_columns, "edges: ids")
         if executor.client is None:  # a part is here already
             slices = [[(0, None)] for _ in parts]
@@ -382,6 +382,10 @@ def edge_batches(table: DocParts, fuzzy: FuzzyResult | None, semantic: SemanticR
 
 def _frame_edges(frame) -> tuple:
     return frame["i"].to_numpy(np.int64), frame["j"].to_numpy(np.int64), frame["score"].to_numpy(np.float64)
+
+
+def _id_column(state: dict, first_row: int) -> tuple:
+    return (id_array(state["id"]),)
 
 
 def _pair_rows(edges: tuple) -> np.ndarray:

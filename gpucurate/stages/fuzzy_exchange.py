@@ -7,7 +7,7 @@ No step holds the corpus' sketches, and nothing per document comes to the driver
    band keys and its shingle sets are kept apart from its state (``ApartSketches``; in one process in memory
    within the budget, else on disk, written once);
 2. the band entries ``(key, row)`` go to bucket ``key % B`` (``lsh_buckets``); each bucket sorts its entries
-   by ``(key, row)`` and emits its pairs by ``pairs.bucket_pairs``' rule, packed ``i << 32 | j``, to the
+   by key in radix bins and emits its pairs by ``pairs.bucket_pairs``' rule, packed ``i << 32 | j``, to the
    partition of ``i``, which keeps them without repeats;
 3. verification (``KeptSets``): in one process a task per block of consecutive partitions (as many as half
    of what a task may hold: ``Executor.task_bytes``) scores its pairs (exact Jaccard) against its own sets
@@ -232,7 +232,7 @@ def exchange_candidates(ddf, table, participants: list, params: FuzzyParams, bac
     bands = exchange(executor, band_split, [(b, participants[p], int(offs[p])) for p, b in enumerate(made.bands)],
                      n_buckets, desc="fuzzy: band entries")
     by_i = exchange(executor, pairs_by_partition, [(b,) for b in bands], n_parts, cfg.max_bucket_size,
-                    cfg.bucket_anchors, offs, backend.pairs.bucket_pairs, desc="fuzzy: candidate pairs")
+                    cfg.bucket_anchors, offs, backend.pairs.entry_pairs, desc="fuzzy: candidate pairs")
     pairs, lengths = executor.persist_tasks([delayed(_distinct)(pieces, int(offs[q]), int(offs[q + 1] - offs[q]))
                                              for q, pieces in enumerate(by_i)], "fuzzy: candidate pairs",
                                             measure=_n_pairs)

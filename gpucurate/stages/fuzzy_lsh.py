@@ -66,13 +66,12 @@ def band_split(bands: dict, mask, first_row: int, n_buckets: int) -> tuple:
 
 
 def pairs_by_partition(pieces: list, n_parts: int, max_bucket: int, anchors: int, part_offsets: np.ndarray,
-                       bucket_pairs) -> tuple:
-    """One bucket's candidate pairs, packed ``i << 32 | j``, one piece per partition of ``i``."""
+                       entry_pairs) -> tuple:
+    """One bucket's distinct candidate pairs, packed ``i << 32 | j`` (``pairs.entry_pairs``), one piece per
+    partition of ``i``."""
     keys = np.concatenate([p[0] for p in pieces]) if pieces else np.empty(0, np.uint64)
     rows = np.concatenate([p[1] for p in pieces]) if pieces else np.empty(0, np.int64)
-    # rows ascend already (each piece in row order, the pieces in partition order): a stable sort by key
-    order = np.argsort(keys, kind="stable")
-    packed = bucket_pairs(keys[order], rows[order], max_bucket, anchors) if len(keys) else np.empty(0, np.uint64)
+    packed = entry_pairs(keys, rows, max_bucket, anchors)
     return by_bucket(owner_of(part_offsets, (packed >> SHIFT32).astype(np.int64)), n_parts, packed)
 
 

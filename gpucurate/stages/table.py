@@ -107,7 +107,9 @@ def split_rows(values: np.ndarray, part_offsets: np.ndarray) -> list:
 
 
 def id_array(ids: np.ndarray) -> pa.Array:
-    """The Arrow column of table ids (``int64`` or ``string``, as ``ids``' dtype)."""
+    """The Arrow column of table ids (``int64`` or ``string``, as ``ids``' dtype; an Arrow column as it is)."""
+    if isinstance(ids, pa.Array):
+        return ids
     return pa.array(ids, type=pa.int64()) if ids.dtype.kind == "i" else pa.array(ids, type=pa.string())
 
 
