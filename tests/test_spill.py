@@ -235,8 +235,9 @@ def test_the_fuzzy_exchanges_do_not_depend_on_the_partitions(tmp_path):
 
 def test_the_read_pass_sketches_once_and_keeps_no_text_that_nothing_reads(tmp_path, monkeypatch):
     """On this process's threads the read pass makes the fuzzy stage's sketches, kept apart from the states:
-    the stage sketches nothing again, on the driver path as by exchanges, with the same output. The
-    normalized texts are not kept then, unless a later stage reads them (here the paragraph stage)."""
+    the stage sketches nothing again, on the driver path as by exchanges (chosen by what they hold), with the
+    same output. The normalized texts are not kept then, unless a later stage reads them (here the
+    paragraph stage)."""
     import pyarrow.parquet as pq
     import gpucurate.workflows.run as pipeline
     from gpucurate.stages import fuzzy, fuzzy_exchange
@@ -245,6 +246,8 @@ def test_the_read_pass_sketches_once_and_keeps_no_text_that_nothing_reads(tmp_pa
         raise AssertionError("the fuzzy stage sketched the texts again")
     monkeypatch.setattr(fuzzy_exchange, "sketch_apart", sketched_again)
     monkeypatch.setattr(fuzzy, "signature_partition", sketched_again)
+    # and the path is chosen from what the sketches hold, not from an estimate
+    monkeypatch.setattr(fuzzy_exchange, "estimated_sketch_bytes", sketched_again)
     kept_texts = []
     original = pipeline._sketches_apart
 

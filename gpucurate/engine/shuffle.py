@@ -117,11 +117,12 @@ def by_bucket(bucket: np.ndarray, n_buckets: int, *columns) -> tuple:
 PARTS_PER_GROUP = 64
 
 
-def owner_groups(n_parts: int) -> np.ndarray:
-    """int64[g + 1] bounds of ``g = ceil(n_parts / PARTS_PER_GROUP)`` groups of consecutive partitions: a row
-    lookup has one task per group, so its two exchanges make ``2 n_parts g`` pieces instead of
-    ``2 n_parts ** 2`` (with many small pieces, their number costs more than their bytes)."""
-    groups = max(1, math.ceil(n_parts / PARTS_PER_GROUP))
+def owner_groups(n_parts: int, threads: int = 1) -> np.ndarray:
+    """int64[g + 1] bounds of ``g = ceil(n_parts / PARTS_PER_GROUP)`` groups of consecutive partitions, and at
+    least ``threads`` (each group's answer is one task: one group made 64 partitions' answers wait on one
+    thread): a row lookup has one task per group, so its two exchanges make ``2 n_parts g`` pieces instead
+    of ``2 n_parts ** 2`` (with many small pieces, their number costs more than their bytes)."""
+    groups = max(1, math.ceil(n_parts / PARTS_PER_GROUP), min(n_parts, threads))
     return np.unique(np.linspace(0, n_parts, groups + 1).round().astype(np.int64))
 
 
@@ -157,7 +158,7 @@ def lookup(executor, requests: list, owners: list, part_offsets: np.ndarray, ans
     -------
     Per asking task ``p``, a delayed tuple of arrays aligned with ``requests[p]``.
     """
-    groups = owner_groups(len(part_offsets) - 1)
+    groups = owner_groups(len(part_offsets) - 1, executor.workers)
     n_groups = len(groups) - 1
     asked = exchange(executor, _split_requests, [(r,) for r in requests], n_groups, part_offsets[groups], desc=desc)
     answered = exchange(executor, _answer_group, [

@@ -114,7 +114,8 @@ def annotation_columns(rows, exact_canon, fuzzy_canon, final, ids, exact_ids, fu
     ----------
     rows : int64[m] the documents' table rows; exact_canon, fuzzy_canon, final : int64[m] the rows of their
         exact canonical, of its fuzzy canonical, and of that one's semantic canonical (``dedup_id``).
-    ids, exact_ids, fuzzy_ids, final_ids : the ids of ``rows``, ``exact_canon``, ``fuzzy_canon``, ``final``.
+    ids, exact_ids, fuzzy_ids, final_ids : the ids of ``rows``, ``exact_canon``, ``fuzzy_canon``, ``final``
+        (NumPy or Arrow arrays).
     fuzzy_similarity : float64[m] the exact canonical's similarity to its fuzzy canonical (an exact copy has
         the same shingles as its exact canonical, hence the same similarity); semantic_similarity :
         float64[m] the document's cosine to its semantic canonical; cluster_size : int64[m] documents whose
@@ -151,7 +152,7 @@ def annotation_columns(rows, exact_canon, fuzzy_canon, final, ids, exact_ids, fu
         if not mask.any():
             continue
         stage_code[mask] = code
-        parts = [pa.scalar(prefix), id_array(target_ids[mask]).cast(pa.string())]
+        parts = [pa.scalar(prefix), id_array(target_ids).filter(pa.array(mask)).cast(pa.string())]
         if score_name:
             parts += [pa.scalar(f" ({score_name} "), fixed3(similarity[mask]), pa.scalar(")")]
         fill(mask, pc.binary_join_element_wise(*parts, ""))
@@ -228,26 +229,33 @@ def annotate_parts(table: DocParts, executor: Executor, out: OutputConfig, fuzzy
     exact_canon = table.column("exact_canon")
     fuzzy_of = semantic_of = None
     if fuzzy:
-        fuzzy_of = lookup(executor, exact_canon, table.columns("fuzzy_canon", "fuzzy_sim", "id"), offs,
+        fuzzy_of = lookup(executor, exact_canon, table.map(_with_ids, names=("fuzzy_canon", "fuzzy_sim")), offs,
                           answer_columns, "annotate: fuzzy canonicals")
         fuzzy_canon = [delayed(_item)(a, 0) for a in fuzzy_of]
     else:
         fuzzy_canon = exact_canon
     if semantic:
-        semantic_of = lookup(executor, fuzzy_canon, table.columns("semantic_canon", "id"), offs, answer_columns,
-                             "annotate: semantic canonicals")
+        semantic_of = lookup(executor, fuzzy_canon, table.map(_with_ids, names=("semantic_canon",)), offs,
+                             answer_columns, "annotate: semantic canonicals")
         final = [delayed(_item)(a, 0) for a in semantic_of]
     else:
         final = fuzzy_canon
-    final_of = lookup(executor, final, table.columns("id"), offs, _answer_count_and_ids, "annotate: cluster sizes")
+    final_of = lookup(executor, final, table.map(_with_ids, names=()), offs, _answer_count_and_ids,
+                      "annotate: cluster sizes")
     n = table.npartitions
     return table.update(executor, _annotate_part, "annotate", fuzzy_canon, final, fuzzy_of or [None] * n,
                         semantic_of or [None] * n, final_of, out=out, int_ids=table.int_ids, score_kind=score_kind,
                         quality_limits=quality_limits)
 
 
+def _with_ids(state: dict, first_row: int, *, names: tuple) -> tuple:
+    """A row lookup's owner: the state's columns ``names``, then its ids as an Arrow column (an answer of text
+    ids is then no object per id to copy, pickle or spill)."""
+    return tuple(state[k] for k in names) + (id_array(state["id"]),)
+
+
 def _answer_count_and_ids(owner: tuple, local: np.ndarray, counts: np.ndarray) -> tuple:
-    return counts, owner[0][local]
+    return counts, owner[0].take(pa.array(local))
 
 
 def _item(answers: tuple, k: int) -> np.ndarray:
@@ -357,8 +365,8 @@ def edge_batches(table: DocParts, fuzzy: FuzzyResult | None, semantic: SemanticR
                 yield edges.slice(c, EDGE_BATCH)
 
     def from_parts(parts, method, threshold):
-        ids = lookup(executor, [delayed(_pair_rows)(p) for p in parts], table.map(_id_column), table.part_offsets,
-                     answer_columns, "edges: ids")
+        ids = lookup(executor, [delayed(_pair_rows)(p) for p in parts], table.map(_with_ids, names=()),
+                     table.part_offsets, answer_columns, "edges: ids")
         if executor.client is None:  # a part is here already
             slices = [[(0, None)] for _ in parts]
         else:  # gathered in slices of at most EDGE_BATCH edges (a part of Dask's sorted edges can hold more)
@@ -382,10 +390,6 @@ def edge_batches(table: DocParts, fuzzy: FuzzyResult | None, semantic: SemanticR
 
 def _frame_edges(frame) -> tuple:
     return frame["i"].to_numpy(np.int64), frame["j"].to_numpy(np.int64), frame["score"].to_numpy(np.float64)
-
-
-def _id_column(state: dict, first_row: int) -> tuple:
-    return (id_array(state["id"]),)
 
 
 def _pair_rows(edges: tuple) -> np.ndarray:

@@ -35,7 +35,7 @@ from ..engine.partitions import Partitions
 from ..engine.shuffle import by_bucket, exchange, owner_of
 from ..engine.spill import Loader, nbytes_of
 from ..engine.tasks import delayed, value
-from ..kernels.pairs import distinct_pairs
+from ..kernels.pairs import distinct_pairs, take_sets
 from .fuzzy_lsh import SCORED_META, SHIFT32, aligned_scores, band_split, distinct_rows, pairs_by_partition, \
     sketch_apart
 from .sketches import FuzzyParams
@@ -69,27 +69,45 @@ def _block_pairs(pieces: list, part_offsets: np.ndarray, first: int) -> tuple:
 
 
 def _score_into(scores: np.ndarray, pairs: tuple, owner_j: np.ndarray, own: list, parts: range, sets_of,
-                part_offsets: np.ndarray, first: int, jaccard_between) -> None:
+                part_offsets: np.ndarray, first: int, jaccard_between, gather_bytes: int) -> None:
     """Score the pairs ``(i, j, r)`` of a block of partitions ``first ..`` (``_block_pairs``; ``own[r]``: the
     sets of its partition ``r``, ``fuzzy_lsh.kept_apart``'s) whose ``j`` is held by one of ``parts``, into
-    ``scores``; ``sets_of(p)`` gives partition ``p``'s sets, each asked for once and let go before the next."""
+    ``scores``; ``sets_of(p)`` gives partition ``p``'s sets.
+
+    The pairs go in chunks of about ``gather_bytes`` of sets: the chunk's ``j`` sets are copied out of each
+    partition that holds some, one partition after another, then the chunk is scored in ``(i, j)`` order, so
+    that each ``i``'s set is hashed once for all its pairs. Scored partition by partition, a crawl's
+    scattered copies hashed it again for each partition of its ``j`` (1.5 times the work)."""
     i, j, owner_i = pairs
-    at_all = np.flatnonzero((owner_j >= parts.start) & (owner_j < parts.stop))
-    # the pairs in blocks of (partition of j, partition of i), each in (i, j) order
-    at_all = at_all[np.lexsort((owner_i[at_all], owner_j[at_all]))]
-    cuts = np.searchsorted(owner_j[at_all], np.arange(parts.start, parts.stop + 1))
-    for p in parts:
-        at = at_all[cuts[p - parts.start]:cuts[p - parts.start + 1]]
-        if not len(at):
-            continue
-        other = sets_of(p)
-        b = other["index"][j[at] - part_offsets[p]]
-        by_r = np.searchsorted(owner_i[at], np.arange(len(own) + 1))  # ``at`` ascends by the partition of i too
+    at_all = np.flatnonzero((owner_j >= parts.start) & (owner_j < parts.stop))  # in (r, i, j) order
+    if not len(at_all):
+        return
+    set_bytes = sum(o["values"].nbytes for o in own) // max(1, sum(len(o["offsets"]) - 1 for o in own))
+    step = max(1, gather_bytes // max(1, set_bytes))
+    for c in range(0, len(at_all), step):
+        at = at_all[c:c + step]
+        holder = owner_j[at]
+        by_holder = np.argsort(holder, kind="stable")
+        cuts = np.searchsorted(holder[by_holder], np.arange(parts.start, parts.stop + 1))
+        gathered = np.empty(len(at), np.int64)  # each pair's set in the gathered CSR (in holder order)
+        lengths, values = [], []
+        for p in np.flatnonzero(np.diff(cuts)) + parts.start:
+            sel = by_holder[cuts[p - parts.start]:cuts[p - parts.start + 1]]
+            other = sets_of(p)
+            idx = other["index"][j[at[sel]] - part_offsets[p]]
+            lengths.append(other["offsets"][idx + 1] - other["offsets"][idx])
+            values.append(take_sets(other["offsets"], other["values"], idx))
+            gathered[sel] = np.arange(len(sel)) + (cuts[p - parts.start] - cuts[0])
+            del other
+        offsets = np.zeros(len(at) + 1, np.int64)
+        np.cumsum(np.concatenate(lengths), out=offsets[1:])
+        values = np.concatenate(values)
+        by_r = np.searchsorted(owner_i[at], np.arange(len(own) + 1))
         for r in np.flatnonzero(np.diff(by_r)):
-            sel = at[by_r[r]:by_r[r + 1]]
-            scores[sel] = jaccard_between(own[r]["offsets"], own[r]["values"], other["offsets"], other["values"],
-                                          own[r]["index"][i[sel] - part_offsets[first + r]], b[by_r[r]:by_r[r + 1]])
-        del other
+            part = slice(by_r[r], by_r[r + 1])
+            sel = at[part]
+            scores[sel] = jaccard_between(own[r]["offsets"], own[r]["values"], offsets, values,
+                                          own[r]["index"][i[sel] - part_offsets[first + r]], gathered[part])
 
 
 def _frames(pairs: tuple, scores: np.ndarray, k: int) -> tuple:
@@ -101,29 +119,30 @@ def _frames(pairs: tuple, scores: np.ndarray, k: int) -> tuple:
 
 
 def _verify_block(pieces: list, own: list, loaders: list, part_offsets: np.ndarray, first: int,
-                  jaccard_between) -> tuple:
+                  jaccard_between, gather_bytes: int) -> tuple:
     """The exact Jaccard of the distinct pairs whose ``i`` is in partitions ``first .. first + k - 1``: one frame
     ``(i, j, score)`` sorted by ``(i, j)`` per partition. ``pieces[r]``: partition ``first + r``'s pieces of
     packed pairs; ``own[r]``: its sets. The sets of each other partition that holds a ``j`` are loaded once
-    (``loaders``: a ``spill.Loader`` per partition), the pairs they meet scored and let go: the block holds
-    its own sets and one other partition's at a time."""
+    (``loaders``: a ``spill.Loader`` per partition) and let go, the sets of the pairs they meet gathered
+    (``_score_into``): the block holds its own sets, one other partition's and what it gathered."""
     k = len(own)
     pairs = _block_pairs(pieces, part_offsets, first)
     scores = np.zeros(len(pairs[0]), np.float64)
     _score_into(scores, pairs, owner_of(part_offsets, pairs[1]), own, range(len(part_offsets) - 1),
                 lambda p: own[p - first] if first <= p < first + k else loaders[p](), part_offsets, first,
-                jaccard_between)
+                jaccard_between, gather_bytes)
     return _frames(pairs, scores, k)
 
 
 def _score_block(pairs: tuple, own: list, others: list, part_offsets: np.ndarray, first: int, start: int,
-                 jaccard_between) -> np.ndarray:
+                 jaccard_between, gather_bytes: int) -> np.ndarray:
     """The scores of the pairs (``_block_pairs``) of the block from partition ``first`` whose ``j`` is held by
     partitions ``start .. start + len(others) - 1`` (``others``: their sets), in the pairs' order."""
     owner_j = owner_of(part_offsets, pairs[1])
     scores = np.zeros(len(owner_j), np.float64)
     parts = range(start, start + len(others))
-    _score_into(scores, pairs, owner_j, own, parts, lambda p: others[p - start], part_offsets, first, jaccard_between)
+    _score_into(scores, pairs, owner_j, own, parts, lambda p: others[p - start], part_offsets, first, jaccard_between,
+                gather_bytes)
     return scores[(owner_j >= parts.start) & (owner_j < parts.stop)]
 
 
@@ -151,12 +170,11 @@ def verify_blocks(nbytes: list, block_bytes: int) -> list[tuple[int, int]]:
 
 
 def lsh_buckets(band_bytes: int, n_parts: int, executor: Executor) -> int:
-    """Buckets of the band entries for ``band_bytes`` of band keys: one a partition in one process, where a
-    piece costs only its bytes. On a cluster every piece of a small exchange is a task, and a large one is a
-    P2P shuffle, each of which costs more than its bytes: as few buckets as fit a task's share (a bucket's
-    entries, two words a key, sorted, and its pairs) and keep every thread busy."""
-    if executor.client is None:
-        return n_parts
+    """Buckets of the band entries for ``band_bytes`` of band keys: as few as fit a task's share (a bucket's
+    entries, two words a key, and its pairs) and keep every thread busy. Each bucket takes a piece from each
+    partition and gives one to each: at one a partition, 64 partitions made 8,192 pieces and spent as long
+    on them as on the pairs. On a cluster every piece of a small exchange is a task, and a large one is a
+    P2P shuffle."""
     by_memory = -(-6 * band_bytes // max(1, executor.task_bytes))
     return max(1, min(n_parts, max(by_memory, 2 * executor.workers)))
 
@@ -195,14 +213,16 @@ class KeptSets:
             tasks = []
             for first, stop in verify_blocks(self.nbytes, executor.task_bytes // 2):
                 tasks += list(delayed(_verify_block, nout=stop - first)(by_i[first:stop], self.sets[first:stop],
-                                                                        loaders, offs, first, jaccard_between))
+                                                                        loaders, offs, first, jaccard_between,
+                                                                        executor.task_bytes // 8))
             return executor.persist_tasks(tasks, desc, measure)
         blocks = verify_blocks(self.nbytes, executor.task_bytes // 4)
         tasks = []
         for first, stop in blocks:
             pairs = delayed(_block_pairs)(by_i[first:stop], offs, first)
             own = self.sets[first:stop]
-            scores = [delayed(_score_block)(pairs, own, self.sets[start:end], offs, first, start, jaccard_between)
+            scores = [delayed(_score_block)(pairs, own, self.sets[start:end], offs, first, start, jaccard_between,
+                                            executor.task_bytes // 8)
                       for start, end in blocks]
             tasks += list(delayed(_assembled, nout=stop - first)(pairs, scores, blocks, offs, stop - first))
         return executor.persist_tasks(tasks, desc, measure)
