@@ -95,6 +95,18 @@ def _radix_bits(count, per_bin):
     return bits
 
 
+@njit(nogil=True, cache=True)
+def _bin_starts(keys, bits):
+    """int64[2**bits + 1]: where each radix bin of ``keys`` (the top ``bits`` bits of the spread key) starts."""
+    shift = U64(64 - bits)
+    start = np.zeros((1 << bits) + 1, np.int64)
+    for x in range(keys.shape[0]):
+        start[np.int64((keys[x] * _SPREAD) >> shift) + 1] += 1
+    for b in range(1 << bits):
+        start[b + 1] += start[b]
+    return start
+
+
 @njit(nogil=True, cache=True, aot=("u8[:], i8, i8",))
 def split_by_key(flat, bands, bits):
     """Band entries ``(key, document)`` of ``flat`` (``uint64[n * bands]``, row-major ``[n, bands]``)
@@ -103,13 +115,8 @@ def split_by_key(flat, bands, bits):
     keys land in one bin whatever their band."""
     m = flat.shape[0]
     shift = U64(64 - bits)
-    n_bins = 1 << bits
-    start = np.zeros(n_bins + 1, np.int64)
-    for x in range(m):
-        start[np.int64((flat[x] * _SPREAD) >> shift) + 1] += 1
-    for b in range(n_bins):
-        start[b + 1] += start[b]
-    fill = start[:n_bins].copy()
+    start = _bin_starts(flat, bits)
+    fill = start[:-1].copy()
     keys = np.empty(m, np.uint64)
     docs = np.empty(m, np.int64)
     x = 0
@@ -130,13 +137,8 @@ def split_entries(keys, docs, bits):
     they stay in within a bin)."""
     m = keys.shape[0]
     shift = U64(64 - bits)
-    n_bins = 1 << bits
-    start = np.zeros(n_bins + 1, np.int64)
-    for x in range(m):
-        start[np.int64((keys[x] * _SPREAD) >> shift) + 1] += 1
-    for b in range(n_bins):
-        start[b + 1] += start[b]
-    fill = start[:n_bins].copy()
+    start = _bin_starts(keys, bits)
+    fill = start[:-1].copy()
     out_keys = np.empty(m, np.uint64)
     out_docs = np.empty(m, np.int64)
     for x in range(m):
