@@ -90,8 +90,8 @@ def fit_allocator_to(memory_limit: int) -> int:
     """Let freed memory stay in the process for the next arrays, taken out of the budget; returns the bytes
     it may keep (0 where the CLI did not tune the allocator). Each mapped array's pages are faulted in
     afresh: a third of the CPU time of a run in memory (10x Reuters: 2.1 -> 1.0 s of system time, wall
-    5.4 -> 4.6 s, peak RSS 1.13 -> 1.40 GB), and 40% of the system time of the x40 scattered corpus under
-    a 1 GB budget. From ``ALLOCATOR_CACHE_FROM``, arrays up to 64 MB come from the heap and up to 256 MB
+    5.4 -> 4.6 s, peak RSS 1.13 -> 1.40 GB), and a quarter of the system time of the x40 scattered corpus
+    under a 1 GB budget. From ``ALLOCATOR_CACHE_FROM``, arrays up to 64 MB come from the heap and up to 256 MB
     stays; under it, an eighth of the budget stays, from arrays up to a sixty-fourth of it."""
     if _mallopt is None:
         return 0
