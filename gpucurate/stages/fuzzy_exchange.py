@@ -110,6 +110,27 @@ def _score_into(scores: np.ndarray, pairs: tuple, owner_j: np.ndarray, own: list
                                           own[r]["index"][i[sel] - part_offsets[first + r]], gathered[part])
 
 
+def _score_in_place(scores: np.ndarray, pairs: tuple, owner_j: np.ndarray, own: list, others: list, start: int,
+                    part_offsets: np.ndarray, first: int, jaccard_between) -> None:
+    """``_score_into`` where the other partitions' sets are all in memory (``others``, partitions ``start ..``; a
+    cluster task's arguments): each partition's pairs are scored against its sets where they are, with no
+    copy (on the cluster, gathering them cost more than hashing an ``i`` again per partition of its ``j``)."""
+    i, j, owner_i = pairs
+    parts = range(start, start + len(others))
+    at_all = np.flatnonzero((owner_j >= parts.start) & (owner_j < parts.stop))
+    at_all = at_all[np.lexsort((owner_i[at_all], owner_j[at_all]))]  # by (partition of j, partition of i)
+    cuts = np.searchsorted(owner_j[at_all], np.arange(parts.start, parts.stop + 1))
+    for p in np.flatnonzero(np.diff(cuts)) + parts.start:
+        at = at_all[cuts[p - parts.start]:cuts[p - parts.start + 1]]
+        other = others[p - start]
+        b = other["index"][j[at] - part_offsets[p]]
+        by_r = np.searchsorted(owner_i[at], np.arange(len(own) + 1))  # ``at`` ascends by the partition of i too
+        for r in np.flatnonzero(np.diff(by_r)):
+            sel = at[by_r[r]:by_r[r + 1]]
+            scores[sel] = jaccard_between(own[r]["offsets"], own[r]["values"], other["offsets"], other["values"],
+                                          own[r]["index"][i[sel] - part_offsets[first + r]], b[by_r[r]:by_r[r + 1]])
+
+
 def _frames(pairs: tuple, scores: np.ndarray, k: int) -> tuple:
     """One frame ``(i, j, score)`` per partition of a block's pairs (``_block_pairs``)."""
     i, j, owner_i = pairs
@@ -135,15 +156,13 @@ def _verify_block(pieces: list, own: list, loaders: list, part_offsets: np.ndarr
 
 
 def _score_block(pairs: tuple, own: list, others: list, part_offsets: np.ndarray, first: int, start: int,
-                 jaccard_between, gather_bytes: int) -> np.ndarray:
+                 jaccard_between) -> np.ndarray:
     """The scores of the pairs (``_block_pairs``) of the block from partition ``first`` whose ``j`` is held by
     partitions ``start .. start + len(others) - 1`` (``others``: their sets), in the pairs' order."""
     owner_j = owner_of(part_offsets, pairs[1])
     scores = np.zeros(len(owner_j), np.float64)
-    parts = range(start, start + len(others))
-    _score_into(scores, pairs, owner_j, own, parts, lambda p: others[p - start], part_offsets, first, jaccard_between,
-                gather_bytes)
-    return scores[(owner_j >= parts.start) & (owner_j < parts.stop)]
+    _score_in_place(scores, pairs, owner_j, own, others, start, part_offsets, first, jaccard_between)
+    return scores[(owner_j >= start) & (owner_j < start + len(others))]
 
 
 def _assembled(pairs: tuple, scores: list, blocks: list, part_offsets: np.ndarray, k: int) -> tuple:
@@ -221,8 +240,7 @@ class KeptSets:
         for first, stop in blocks:
             pairs = delayed(_block_pairs)(by_i[first:stop], offs, first)
             own = self.sets[first:stop]
-            scores = [delayed(_score_block)(pairs, own, self.sets[start:end], offs, first, start, jaccard_between,
-                                            executor.task_bytes // 8)
+            scores = [delayed(_score_block)(pairs, own, self.sets[start:end], offs, first, start, jaccard_between)
                       for start, end in blocks]
             tasks += list(delayed(_assembled, nout=stop - first)(pairs, scores, blocks, offs, stop - first))
         return executor.persist_tasks(tasks, desc, measure)
