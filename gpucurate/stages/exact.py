@@ -16,7 +16,7 @@ from ..engine.partitions import Carried
 from ..engine.tasks import delayed
 from .table import DocParts, canonicals, own_rows_with, state_policy_key
 from .normalize import arrow_buffers
-from .sketches import HostSketch, sketch_distinct
+from .sketches import sketch_distinct
 from ..kernels.hashing import padded_words
 from ..kernels.text import word_and_char_counts
 
@@ -146,8 +146,8 @@ def _hashed(state: dict, first_row: int, df: pd.DataFrame, index: int, *, task, 
     else:
         columns = dict(zip(("hash", "empty", "words", "chars", "sketch"), task(df, arg, index)))
     sketch = columns.pop("sketch", None)
-    if sketch is not None:  # the device's sketches stay there (``sketch``); the CPU's are a ``HostSketch``
-        columns["host_sketch" if isinstance(sketch, HostSketch) else "sketch"] = sketch
+    if sketch is not None:  # the device's sketches stay there; the read pass took the CPU's apart already
+        columns["sketch"] = sketch
     return columns
 
 

@@ -200,13 +200,6 @@ class DocParts:
         """A table whose states lack the columns ``names`` (their memory, e.g. device sketches, is freed)."""
         return self.with_states(executor.persist_tasks([delayed(_without)(s, names) for s in self.states], desc))
 
-    def hand_over(self, executor: Executor, name: str, desc: str) -> list:
-        """One column's values taken out of the states, in this process (a run on local threads): the states
-        keep no reference, so that the values are freed when the caller drops them, even while an earlier
-        handle of the table (``RowKeys``) is alive."""
-        assert executor.client is None, "hand_over runs without a cluster"
-        return executor.compute([delayed(_pop)(s, name) for s in self.states], desc)
-
     def with_states(self, states: list) -> "DocParts":
         return DocParts(states, self.part_offsets, self.int_ids, self.skipped, self.replaced_utf8, self.renamed_ids,
                         self.text_bytes)
@@ -381,10 +374,6 @@ def _stage_columns(state: dict, first_row: int, piece: tuple, *, stage: str) -> 
 
 def _update_state(state: dict, first_row: int, *args, columns_of, **kwargs) -> dict:
     return {**state, **columns_of(state, first_row, *args, **kwargs)}
-
-
-def _pop(state: dict, name: str):
-    return state.pop(name)
 
 
 def _without(state: dict, names: tuple) -> dict:
