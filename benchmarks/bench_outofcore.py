@@ -268,6 +268,8 @@ def main(argv=None) -> int:
                 else:
                     with cluster(worker_memory, work) as (address, peaks), \
                             task_streams(address if args.profile else None) as streams:
+                        # unmeasured: the workers load (or compile) the kernels of the cluster's path
+                        run_cli(work / "warmup.jsonl", work / "out-warmup", None, address, check=False)
                         for _ in range(args.repeat):  # the worker peaks are those of all runs so far
                             since = time.time()
                             got = run_cli(src, out, None, address, check=False)

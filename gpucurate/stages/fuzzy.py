@@ -247,7 +247,8 @@ class FuzzyDedup:
         the exchanges use as they are and the driver's path gathers; the stage lets them go."""
         device = resident is not None and resident.params is not None
         if self._on_dask(executor):
-            return self._run_dask(ddf, table, participants, keys, executor, resident if device else None)
+            return self._run_dask(ddf, table, participants, keys, executor, resident if device else None,
+                                  made=made)
         if device:  # in one process (``device_params``): the states' sketches are the Spillables themselves
             sketches = executor.compute(table.column("sketch"), "fuzzy: sketches")
             if self._sketches_exceed(sketches, resident):
@@ -285,12 +286,11 @@ class FuzzyDedup:
                      held / 1e6, executor.store.budget / 1e6)
         return True
 
-    def host_sketching(self, executor: Executor, threads: int = 1):
-        """The ``exact.HostSketching`` of a run whose fuzzy sketches the read pass makes on the CPU (in one
-        process, on the CPU, the LSH not on Dask: ``run_parts``' ``made``); else None, and the stage makes
-        its own."""
+    def host_sketching(self, threads: int = 1):
+        """The ``exact.HostSketching`` of a run whose fuzzy sketches the read pass makes on the CPU backend
+        (``run_parts``' ``made``), in one process or on a cluster's workers; else None."""
         from .exact import HostSketching
-        if executor.client is not None or self.backend.name != "cpu" or self._on_dask(executor, quiet=True):
+        if self.backend.name != "cpu":
             return None
         params = self.params()
         params.threads = threads

@@ -393,8 +393,8 @@ def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Tim
     """Gates and dedup stages over a narrow Dask DataFrame (``io.reader.NARROW_META``) or ``Partitions``; each
     dedup stage sees only the canonicals of the one before, and documents that fail a quality rule take no part.
 
-    The exact stage's text pass (hashes, and the fuzzy stage's sketches: on the device, or on the CPU over
-    ``Partitions`` when the LSH is not on Dask) is the last task of each partition's read chain.
+    The exact stage's text pass (hashes, and the fuzzy stage's sketches, on the device or on the CPU) is the
+    last task of each partition's read chain, in one process and on a cluster's workers.
 
     Every per-document column stays in the partitions' states (``DocParts``); the fuzzy and semantic stages
     still take their participants' masks and keys into this process (``RowKeys``) and hand back their
@@ -402,9 +402,9 @@ def deduplicate(narrow_ddf, cfg: Config, executor: Executor, backend, timer: Tim
     resident = _resident(cfg, backend, executor)
     exact = ExactDedup(cfg, backend)
     sketching = None
-    if cfg.fuzzy.enabled and resident is None and isinstance(narrow_ddf, Partitions):  # this process' partitions
+    if cfg.fuzzy.enabled and resident is None:
         sketching = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, backend).host_sketching(
-            executor, executor.threads_per_task(narrow_ddf.npartitions))
+            executor.threads_per_task(narrow_ddf.npartitions))
     with timer("read+normalize") as stage:
         prep = prepare(narrow_ddf, cfg, executor, backend, describe, timer,
                        functools.partial(exact.text_pass, resident=resident, sketching=sketching),
