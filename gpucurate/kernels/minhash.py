@@ -269,12 +269,30 @@ def signatures(offsets: np.ndarray, data: np.ndarray, mode: int, k: int, seed: n
         return shingle_minhash(batch_offsets, words, words.view(np.uint8), mode, k, seed, perm_a, perm_b,
                                sigs[lo:hi])
 
-    results = thread_map(batch, list(zip(cuts[:-1], cuts[1:])), threads)
+    bounds = list(zip(cuts[:-1], cuts[1:]))
     csr_offsets = np.zeros(n + 1, dtype=np.int64)
-    if not results:
+    if not bounds:
         return sigs, csr_offsets, np.empty(0, np.uint64)
-    np.cumsum(np.concatenate([r[0] for r in results]), out=csr_offsets[1:])
-    return sigs, csr_offsets, np.concatenate([r[1] for r in results])
+    if scratch is None:
+        results = thread_map(batch, bounds, threads)
+        np.cumsum(np.concatenate([r[0] for r in results]), out=csr_offsets[1:])
+        return sigs, csr_offsets, np.concatenate([r[1] for r in results])
+    # one after another, each batch's sets go straight into the partition's: the batches' buffers (twice
+    # their text's bytes each) are not all held until a concatenation copies them once more. Pages of
+    # ``values`` past what is written are never touched, so they take no memory.
+    values = np.empty(int(sizes_at[-1] - sizes_at[0]) // 4 + 16, np.uint64)
+    end = 0
+    for lo, hi in bounds:
+        counts, got = batch((lo, hi))
+        np.cumsum(counts, out=csr_offsets[lo + 1:hi + 1])
+        csr_offsets[lo + 1:hi + 1] += end
+        if end + len(got) > len(values):
+            grown = np.empty(2 * (end + len(got)), np.uint64)
+            grown[:end] = values[:end]
+            values = grown
+        values[end:end + len(got)] = got
+        end += len(got)
+    return sigs, csr_offsets, values[:end]
 
 
 @njit(nogil=True, cache=True)
