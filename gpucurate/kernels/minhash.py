@@ -278,8 +278,7 @@ def signatures(offsets: np.ndarray, data: np.ndarray, mode: int, k: int, seed: n
         np.cumsum(np.concatenate([r[0] for r in results]), out=csr_offsets[1:])
         return sigs, csr_offsets, np.concatenate([r[1] for r in results])
     # one after another, each batch's sets go straight into the partition's: the batches' buffers (twice
-    # their text's bytes each) are not all held until a concatenation copies them once more. Pages of
-    # ``values`` past what is written are never touched, so they take no memory.
+    # their text's bytes each) are not all held until a concatenation copies them once more
     values = np.empty(int(sizes_at[-1] - sizes_at[0]) // 4 + 16, np.uint64)
     end = 0
     for lo, hi in bounds:
@@ -292,7 +291,8 @@ def signatures(offsets: np.ndarray, data: np.ndarray, mode: int, k: int, seed: n
             values = grown
         values[end:end + len(got)] = got
         end += len(got)
-    return sigs, csr_offsets, values[:end]
+    values.resize(end, refcheck=False)  # shrunk in place (realloc): no copy, and no unused tail kept
+    return sigs, csr_offsets, values
 
 
 @njit(nogil=True, cache=True)
