@@ -28,7 +28,9 @@ every body, scattered: the pair-heavy case).
 ``--cluster 2GB`` also runs each corpus on the command-line cluster: ``dask scheduler`` + two one-thread
 ``dask worker`` processes with that ``--memory-limit``, the CLI with ``--set run.scheduler=...`` and the
 same partition size, the driver's peak RSS by GNU time (the command itself, not a warm benchmark process)
-and each worker's peak sampled every 0.2 s (psutil, with its children).
+and each worker's peak sampled every 0.2 s (psutil, with its children). The warm-up corpus runs once on the
+cluster first, unmeasured: the workers compile the kernels of the cluster's path that one process does not
+call (a first run on a fresh install took 46 s where the next took 31 s).
 
     python benchmarks/bench_outofcore.py --factors 1 40 --limits default --cluster 2GB
 
