@@ -240,14 +240,11 @@ def test_the_read_pass_sketches_once_and_keeps_no_text_that_nothing_reads(tmp_pa
     paragraph stage)."""
     import pyarrow.parquet as pq
     import gpucurate.workflows.run as pipeline
-    from gpucurate.stages import fuzzy, fuzzy_exchange
+    from gpucurate.stages import fuzzy
 
     def sketched_again(*args, **kwargs):
         raise AssertionError("the fuzzy stage sketched the texts again")
-    monkeypatch.setattr(fuzzy_exchange, "sketch_apart", sketched_again)
     monkeypatch.setattr(fuzzy, "signature_partition", sketched_again)
-    # and the path is chosen from what the sketches hold, not from an estimate
-    monkeypatch.setattr(fuzzy_exchange, "estimated_sketch_bytes", sketched_again)
     kept_texts = []
     original = pipeline._sketches_apart
 

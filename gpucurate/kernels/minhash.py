@@ -191,6 +191,13 @@ def shingle_minhash(offsets, words, data, mode, k, seed, perm_a, perm_b, sigs):
     return uniq_counts, values[:base]
 
 
+def grown(buffer: np.ndarray, kept: int, needed: int) -> np.ndarray:
+    """A buffer of at least ``needed`` values (and half as many again) with ``buffer[:kept]`` at its start."""
+    out = np.empty(needed + needed // 2, buffer.dtype)
+    out[:kept] = buffer[:kept]
+    return out
+
+
 @njit(nogil=True, cache=True, aot=("i8[:], u8[:], i8[:], u8[:], i8",))
 def take_sets_into(offsets, values, rows, out, start):
     """Copy the sets ``rows`` (int64[k]) of a CSR ``(offsets int64[n + 1], values uint64[..])``, in that order,
@@ -273,7 +280,7 @@ def signatures(offsets: np.ndarray, data: np.ndarray, mode: int, k: int, seed: n
     csr_offsets = np.zeros(n + 1, dtype=np.int64)
     if not bounds:
         return sigs, csr_offsets, np.empty(0, np.uint64)
-    if scratch is None:
+    if threads > 1:
         results = thread_map(batch, bounds, threads)
         np.cumsum(np.concatenate([r[0] for r in results]), out=csr_offsets[1:])
         return sigs, csr_offsets, np.concatenate([r[1] for r in results])
@@ -286,9 +293,7 @@ def signatures(offsets: np.ndarray, data: np.ndarray, mode: int, k: int, seed: n
         np.cumsum(counts, out=csr_offsets[lo + 1:hi + 1])
         csr_offsets[lo + 1:hi + 1] += end
         if end + len(got) > len(values):
-            grown = np.empty(2 * (end + len(got)), np.uint64)
-            grown[:end] = values[:end]
-            values = grown
+            values = grown(values, end, end + len(got))
         values[end:end + len(got)] = got
         end += len(got)
     values.resize(end, refcheck=False)  # shrunk in place (realloc): no copy, and no unused tail kept

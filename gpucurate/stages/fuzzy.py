@@ -255,7 +255,7 @@ class FuzzyDedup:
                 return self._run_dask(ddf, table, participants, keys, executor, resident)
             table = table.without(executor, "fuzzy: sketches", "sketch")
             result = self._run_resident(keys, _gathered(participants, executor), resident, sketches)
-        elif self._sets_exceed(table, executor, made):
+        elif self._sets_exceed(executor, made):
             return self._run_dask(ddf, table, participants, keys, executor, by_exchange=True, made=made)
         elif made is not None:  # gathered here, and let go by the store
             from .fuzzy_lsh import joined
@@ -267,23 +267,18 @@ class FuzzyDedup:
             result = self.run(ddf, keys, _gathered(participants, executor), executor)
         return self._scatter(table, result, executor), result
 
-    def _sets_exceed(self, table: DocParts, executor: Executor, made=None, quiet: bool = False) -> bool:
-        """Whether the shingle sets and band keys of the run would take more than half of ``run.memory_limit``
-        in this process: the LSH and verification then run by exchanges between the partition tasks
-        (``fuzzy_exchange``), with the same result, instead of on all the sketches at once. What the read
-        pass's sketches (``made``) hold, else an estimate from the text's bytes."""
-        from .fuzzy_exchange import estimated_sketch_bytes
+    def _sets_exceed(self, executor: Executor, made) -> bool:
+        """Whether the shingle sets and band keys the read pass made on the CPU (``made``) take more than half
+        of ``run.memory_limit`` in this process: the LSH and verification then run by exchanges between the
+        partition tasks (``fuzzy_exchange``), with the same result, instead of on all the sketches at once."""
         if executor.client is not None or self.backend.name != "cpu" or self.cfg.lsh != "auto" or \
                 self.cfg.method != "minhash" or not self.cfg.verify or self.cfg.boilerplate:
             return False
-        held = sum(made.sets_nbytes) + sum(made.bands_nbytes) if made is not None else \
-            estimated_sketch_bytes(table.text_bytes, self.cfg.shingle)
+        held = sum(made.sets_nbytes) + sum(made.bands_nbytes)
         if held <= executor.store.budget // 2:
             return False
-        if not quiet:
-            log.info("fuzzy: the shingle sets (%s%.0f MB) exceed half of run.memory_limit (%.0f MB): LSH and "
-                     "verification by exchanges between the partitions", "about " if made is None else "",
-                     held / 1e6, executor.store.budget / 1e6)
+        log.info("fuzzy: the shingle sets (%.0f MB) exceed half of run.memory_limit (%.0f MB): LSH and "
+                 "verification by exchanges between the partitions", held / 1e6, executor.store.budget / 1e6)
         return True
 
     def host_sketching(self, threads: int = 1):
@@ -329,8 +324,7 @@ class FuzzyDedup:
             scored, n_pairs, sets = device_candidates(table, participants, resident, self.cfg, executor)
         else:
             from .fuzzy_exchange import exchange_candidates
-            scored, n_pairs, sets = exchange_candidates(ddf, table, participants, self.params(), self.backend,
-                                                        self.cfg, executor, made)
+            scored, n_pairs, sets = exchange_candidates(table, participants, self.backend, self.cfg, executor, made)
         steps = {"lsh+verify": time.perf_counter() - t0}
         t0 = time.perf_counter()
         spilled = by_exchange

@@ -33,13 +33,11 @@ import pandas as pd
 from ..engine.executor import Executor
 from ..engine.partitions import Partitions
 from ..engine.shuffle import by_bucket, exchange, owner_of
-from ..engine.spill import Loader, nbytes_of
+from ..engine.spill import Loader
 from ..engine.tasks import delayed, value
-from ..kernels.minhash import take_sets_into
+from ..kernels.minhash import grown, take_sets_into
 from ..kernels.pairs import distinct_pairs
-from .fuzzy_lsh import SCORED_META, SHIFT32, aligned_scores, band_split, distinct_rows, pairs_by_partition, \
-    sketch_apart
-from .sketches import FuzzyParams
+from .fuzzy_lsh import SCORED_META, SHIFT32, aligned_scores, band_split, distinct_rows, pairs_by_partition
 
 
 
@@ -104,7 +102,7 @@ def _score_into(scores: np.ndarray, pairs: tuple, owner_j: np.ndarray, own: list
             np.cumsum(other["offsets"][idx + 1] - other["offsets"][idx], out=offsets[first_at + 1:stop_at + 1])
             offsets[first_at + 1:stop_at + 1] += end
             if offsets[stop_at] > len(buffer):  # grown seldom: the chunks are sized by the sets' mean bytes
-                buffer = _grown(buffer, end, int(offsets[stop_at]))
+                buffer = grown(buffer, end, int(offsets[stop_at]))
             end = take_sets_into(other["offsets"], other["values"], idx, buffer, end)
             gathered[sel] = np.arange(first_at, stop_at)
             del other
@@ -115,13 +113,6 @@ def _score_into(scores: np.ndarray, pairs: tuple, owner_j: np.ndarray, own: list
             sel = at[part]
             scores[sel] = jaccard_between(own[r]["offsets"], own[r]["values"], offsets, values,
                                           own[r]["index"][i[sel] - part_offsets[first + r]], gathered[part])
-
-
-def _grown(buffer: np.ndarray, kept: int, needed: int) -> np.ndarray:
-    """A buffer of at least ``needed`` values (and half as many again) with ``buffer[:kept]`` at its start."""
-    out = np.empty(needed + needed // 2, buffer.dtype)
-    out[:kept] = buffer[:kept]
-    return out
 
 
 def _score_in_place(scores: np.ndarray, pairs: tuple, owner_j: np.ndarray, own: list, others: list, start: int,
@@ -212,12 +203,6 @@ def lsh_buckets(band_bytes: int, n_parts: int, executor: Executor) -> int:
     return max(1, min(n_parts, max(by_memory, 2 * executor.workers)))
 
 
-def estimated_sketch_bytes(text_bytes: int, shingle: str) -> int:
-    """What the sketches of ``text_bytes`` of text hold: about one 8-byte hash a word (word shingles, a word
-    and its space about 6 bytes) or a character (character shingles), and the band keys."""
-    return int(text_bytes * (1.5 if shingle == "word" else 8))
-
-
 class KeptSets:
     """Scores of given pairs of table rows against the kept shingle sets of each partition (the counterpart of
     ``device.distributed.DeviceSets``, for ``FuzzyDedup._canonicals``); ``nbytes[p]``: what partition ``p``'s hold."""
@@ -271,15 +256,11 @@ class KeptSets:
         return aligned_scores(pd.concat(scored, ignore_index=True), pi, pj)
 
 
-def exchange_candidates(ddf, table, participants: list, params: FuzzyParams, backend, cfg, executor: Executor,
-                        made: "ApartSketches | None" = None):
+def exchange_candidates(table, participants: list, backend, cfg, executor: Executor, made: "ApartSketches"):
     """The scored candidate pairs of the participants (per partition a (delayed) bool mask of its rows):
     ``(scored, n_pairs, sets)``, ``scored`` a ``Partitions`` of frames ``(i, j, score)`` by partition of ``i``,
-    ``sets`` the ``KeptSets`` that scores other pairs. ``made``: the read pass's sketches, else each
-    partition's participants are sketched here."""
+    ``sets`` the ``KeptSets`` that scores other pairs. ``made``: the read pass's sketches."""
     n_parts, offs = table.npartitions, table.part_offsets
-    if made is None:
-        made = sketched_apart(ddf, participants, params, backend, executor)
     n_buckets = lsh_buckets(sum(made.bands_nbytes), n_parts, executor)
     bands = exchange(executor, band_split, [(b, participants[p], int(offs[p])) for p, b in enumerate(made.bands)],
                      n_buckets, desc="fuzzy: band entries")
@@ -306,16 +287,3 @@ class ApartSketches:
     sets: list
     bands_nbytes: list
     sets_nbytes: list
-
-    @classmethod
-    def kept(cls, tasks: list, executor: Executor, desc: str) -> "ApartSketches":
-        """Compute ``tasks`` (each partition's ``(bands, sets)``, made with ``nout=2``) and keep their values."""
-        # a partition's two values next to each other: the graph's order takes both before the next sketch
-        kept, nbytes = executor.persist_tasks([t[k] for t in tasks for k in (0, 1)], desc, measure=nbytes_of)
-        return cls(kept[0::2], kept[1::2], nbytes[0::2], nbytes[1::2])
-
-
-def sketched_apart(ddf, participants: list, params: FuzzyParams, backend, executor: Executor) -> ApartSketches:
-    """The ``ApartSketches`` of each partition's participants, sketched from its normalized texts."""
-    return ApartSketches.kept([delayed(sketch_apart, nout=2)(part, participants[p], params, backend)
-                               for p, part in enumerate(ddf.to_delayed())], executor, "fuzzy: minhash")

@@ -17,7 +17,7 @@ import pandas as pd
 from ..engine.executor import Executor
 from ..engine.shuffle import by_bucket, owner_of
 from ..kernels.pairs import distinct_pairs
-from .sketches import FuzzyParams, HostSketch, signature_partition
+from .sketches import HostSketch
 
 #: a pair of table rows packed in one uint64: ``i << SHIFT32 | j``
 LOW32 = np.uint64(0xFFFFFFFF)
@@ -27,15 +27,6 @@ SHIFT32 = np.uint64(32)
 EDGES_PER_PARTITION = 500_000
 SCORED_META = pd.DataFrame({"i": pd.Series([], dtype=np.int64), "j": pd.Series([], dtype=np.int64),
                             "score": pd.Series([], dtype=np.float64)})
-
-
-def sketch_apart(part: pd.DataFrame, mask, params: FuzzyParams, backend) -> tuple[dict, dict]:
-    """The sketches of the partition's participants (``mask``) as two values kept apart (``kept_apart``)."""
-    mask = np.asarray(mask, bool)
-    keys, offsets, values, _ = signature_partition(part, mask, params, backend)
-    index = np.full(len(mask), -1, np.int64)
-    index[mask] = np.arange(len(keys))
-    return kept_apart(HostSketch(index, keys, offsets, values, None))
 
 
 def kept_apart(sketch: HostSketch) -> tuple[dict, dict]:
