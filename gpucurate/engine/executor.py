@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from ..errors import ConfigError, WorkerLostError
 from .partitions import Partitions
 from .progress import Reporter
+from . import spill
 from .spill import WORKING_BYTES_PER_INPUT_BYTE, SpillStore, fit_allocator_to, machine_memory
 from .tasks import compute, delayed, holds_dask, to_dask
 from .threads import thread_map
@@ -259,6 +260,13 @@ class Executor:
                 if future.status == "error":  # raised here, by the step that ran it
                     raise future.exception()
                 bar.update(1)
+
+    @property
+    def piece_bytes(self) -> int:
+        """The input bytes a running task's share (``task_bytes``) holds the work of: a partition larger than
+        this is read and processed in pieces of about this size (``io.reader.processing_partitions``), never
+        under ``spill.MIN_PIECE_BYTES``."""
+        return max(spill.MIN_PIECE_BYTES, self.task_bytes // WORKING_BYTES_PER_INPUT_BYTE)
 
     def threads_per_task(self, n_tasks: int) -> int:
         """Threads one task may use itself: the spare local cores when there are fewer tasks than cores

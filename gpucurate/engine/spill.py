@@ -50,6 +50,9 @@ _HOST = re.sub(r"[^A-Za-z0-9]", "_", socket.gethostname())
 #: what a running task holds of its own, per byte of its input partition: the parse, the normalized text,
 #: the shingle sets and their exchange pieces (measured 5 to 7 on JSON Lines of news text)
 WORKING_BYTES_PER_INPUT_BYTE = 6
+#: the smallest piece a partition is read in under a small budget (``Executor.piece_bytes``): below it a
+#: task's fixed costs outweigh what it saves
+MIN_PIECE_BYTES = 1 << 20
 #: kept values under this size go to disk after all the larger ones: an exchange between P partitions
 #: makes P x P pieces, and one file each would cost more to open than its bytes
 SMALL_VALUE_BYTES = 256 * 1024

@@ -95,6 +95,10 @@ class PartitionSpec:
     #: a group of whole small files (single-file specs, same format), read and written as one partition;
     #: its path, rel and file_index are its first member's
     members: tuple = ()
+    #: the parts of this partition read and processed one by one, when a running task's share of
+    #: ``run.memory_limit`` holds less than the whole (``processing_partitions``); it is still written as one
+    #: part file, from one read. Not part of ``to_dict``: the output does not depend on the budget
+    pieces: tuple = ()
 
     def parts(self) -> tuple:
         """The single-file specs this partition reads: its members, or itself."""
@@ -106,7 +110,9 @@ class PartitionSpec:
 
     def to_dict(self) -> dict:
         """The spec as plain JSON values (``from_dict`` makes it again)."""
-        return dataclasses.asdict(self) | {"members": [m.to_dict() for m in self.members]}
+        d = dataclasses.asdict(dataclasses.replace(self, pieces=()))
+        del d["pieces"]
+        return d | {"members": [m.to_dict() for m in self.members]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "PartitionSpec":
@@ -278,13 +284,18 @@ def _relative_names(files: list[str]) -> list[str]:
 # Planning
 
 
-def _plan_jsonl_plain(fs, path, size, target) -> list[tuple[int, int, int, int]]:
-    """Byte ranges of about ``target`` bytes cut after a newline, with the line index each starts at and
-    the CRC-32 of its bytes."""
-    ranges = []
+def _plan_jsonl_plain(fs, path, size, target, piece=None) -> list[tuple[int, list]]:
+    """Byte ranges of about ``target`` bytes cut after a newline, each as ``(crc, pieces)``: the CRC-32 of
+    its bytes and its pieces of about ``piece`` bytes, cut after a newline too (one piece without
+    ``piece``), each ``(start, end, line, crc)``: its bytes, the line index it starts at and its CRC-32.
+    The ranges do not depend on ``piece``."""
+    split = bool(piece) and piece < target
+    piece = piece if split else target
+    ranges, pieces = [], []
     start, line, pos, lines_seen = 0, 0, 0, 0
-    crc = 0
-    next_cut = target
+    crc = range_crc = 0  # of the bytes of the piece (the range, when split) so far
+    range_cut = target  # the range's cut is after the first newline from here
+    next_cut = min(piece, target)
     # one buffer, read into again and again; no larger than the file (a 16 MB buffer zeroed per small
     # file made planning 5,000 one-line files take seconds)
     chunk = bytearray(max(1, min(16 << 20, size + 1)))
@@ -302,16 +313,26 @@ def _plan_jsonl_plain(fs, path, size, target) -> list[tuple[int, int, int, int]]
                     next_cut = cstart + size_read  # keep looking in the next chunk
                     break
                 cut = cstart + nl + 1
-                ranges.append((start, cut, line, zlib.crc32(view[done:nl + 1], crc)))
+                pieces.append((start, cut, line, zlib.crc32(view[done:nl + 1], crc)))
+                if split:
+                    range_crc = zlib.crc32(view[done:nl + 1], range_crc)
                 crc, done = 0, nl + 1
                 line = lines_seen + chunk.count(b"\n", 0, nl + 1)
                 start = cut
-                next_cut = cut + target
+                if cut > range_cut:  # no newline between the piece's cut and the range's: the range ends too
+                    ranges.append((range_crc if split else pieces[0][3], pieces))
+                    pieces, range_crc = [], 0
+                    range_cut = cut + target
+                next_cut = min(cut + piece, range_cut)
             crc = zlib.crc32(view[done:], crc)
+            if split:
+                range_crc = zlib.crc32(view[done:], range_crc)
             lines_seen += chunk.count(b"\n", 0, size_read)
             pos += size_read
-    if start < size or not ranges:
-        ranges.append((start, size, line, crc))
+    if start < size or not (ranges or pieces):
+        pieces.append((start, size, line, crc))
+    if pieces:
+        ranges.append((range_crc if split else pieces[0][3], pieces))
     return ranges
 
 
@@ -375,12 +396,14 @@ def _is_json_name(path: str) -> bool:
     return _split_compression(path)[0].endswith(".json")
 
 
-def _plan_parquet(meta, cfg: InputConfig, first_index: int, common: dict, parallelism: int = 1) -> list[PartitionSpec]:
+def _plan_parquet(meta, cfg: InputConfig, first_index: int, common: dict, parallelism: int = 1,
+                  piece: int | None = None) -> list[PartitionSpec]:
     """Row ranges of about ``input.partition_rows`` rows or ``input.partition_bytes`` of text (the text column's
     uncompressed size), as many as a multiple of ``parallelism`` (as ``_even_piece`` cuts JSON Lines; files
     under ``MIN_SPLIT_BYTES`` excepted), each of about the same text bytes (bytes taken as even within a row
     group). A range is the row groups it touches and a row slice of them; a cut moves to a row group's
-    boundary when that is within a tenth of a range's size, so that ranges seldom share a row group."""
+    boundary when that is within a tenth of a range's size, so that ranges seldom share a row group.
+    A range of more than ``piece`` bytes has ``pieces``: row ranges of about the same bytes within it."""
     text_col = next((k for k in range(meta.num_columns) if meta.schema.column(k).path == cfg.text_field), None)
     groups = [meta.row_group(g) for g in range(meta.num_row_groups)]
     rows = np.array([rg.num_rows for rg in groups], dtype=np.int64)
@@ -393,12 +416,23 @@ def _plan_parquet(meta, cfg: InputConfig, first_index: int, common: dict, parall
     if total_bytes >= MIN_SPLIT_BYTES and pieces % parallelism:
         pieces += parallelism - pieces % parallelism
     pieces = min(pieces, max(1, total_rows))
+
+    def row_of(target: float) -> int:  # the row at ``target`` bytes
+        g = min(int(np.searchsorted(bytes_at, target, side="right")) - 1, len(groups) - 1)
+        within = (target - bytes_at[g]) / nbytes[g] if nbytes[g] > 0 else 0.0
+        return int(row_at[g] + round(within * rows[g]))
+
+    def spec_of(a: int, b: int, index: int, **more) -> PartitionSpec:
+        g0 = int(np.searchsorted(row_at, a, side="right")) - 1
+        g1 = int(np.searchsorted(row_at, b, side="left"))  # one past the last row group touched
+        whole = a == row_at[g0] and b == row_at[g1]
+        return PartitionSpec(index, row_groups=tuple(range(g0, g1)), first_row=a,
+                             row_slice=None if whole else (a - int(row_at[g0]), b - int(row_at[g0])), **common, **more)
+
     cuts = [0]
     for k in range(1, pieces):
         target = total_bytes * k / pieces
-        g = min(int(np.searchsorted(bytes_at, target, side="right")) - 1, len(groups) - 1)
-        within = (target - bytes_at[g]) / nbytes[g] if nbytes[g] > 0 else 0.0
-        row = int(row_at[g] + round(within * rows[g]))
+        row = row_of(target)
         nearest = row_at[int(np.argmin(np.abs(row_at - row)))]
         if abs(bytes_at[np.searchsorted(row_at, nearest)] - target) <= total_bytes / pieces / 10:
             row = int(nearest)
@@ -408,23 +442,29 @@ def _plan_parquet(meta, cfg: InputConfig, first_index: int, common: dict, parall
         cuts.append(total_rows)
     specs: list[PartitionSpec] = []
     for a, b in zip(cuts[:-1], cuts[1:]):
-        g0 = int(np.searchsorted(row_at, a, side="right")) - 1
-        g1 = int(np.searchsorted(row_at, b, side="left"))  # one past the last row group touched
-        whole = a == row_at[g0] and b == row_at[g1]
-        specs.append(PartitionSpec(first_index + len(specs), row_groups=tuple(range(g0, g1)), first_row=a,
-                                   row_slice=None if whole else (a - int(row_at[g0]), b - int(row_at[g0])), **common))
+        lo = float(np.interp(a, row_at, bytes_at))
+        hi = float(np.interp(b, row_at, bytes_at))
+        k = min(b - a, -(-int(hi - lo) // piece)) if piece else 1
+        inner = [a] + sorted({min(b - 1, max(a + 1, row_of(lo + (hi - lo) * j / k))) for j in range(1, k)}) + [b] \
+            if k > 1 else []
+        specs.append(spec_of(a, b, first_index + len(specs),
+                             pieces=tuple(spec_of(x, y, 0) for x, y in zip(inner[:-1], inner[1:]))))
     return specs
 
 
 def plan_partitions(inputs: list[str], cfg: InputConfig, report: dict, reserved=(),
-                    parallelism: int = 1) -> list[PartitionSpec]:
+                    parallelism: int = 1, piece_bytes: int | None = None) -> list[PartitionSpec]:
     """Expand inputs and cut them into partitions. ``report`` collects ``skipped``, ``empty_files`` and
     ``ignored_files`` (hidden, ``_``-prefixed and non-data files under input directories).
 
     Large files are cut into partitions of about ``input.partition_bytes``; runs of whole small files of
     one format are grouped into partitions of about that size (one task and one output part each).
     A plain JSON Lines file is cut into equal pieces whose number is a multiple of ``parallelism`` (the
-    executor's threads): three pieces on two threads would take two rounds of the largest."""
+    executor's threads): three pieces on two threads would take two rounds of the largest.
+
+    ``piece_bytes``: a partition of a plain JSON Lines file or of a Parquet file larger than this gets
+    ``pieces`` of about this size, which the run reads and processes one by one (``processing_partitions``).
+    The partitions themselves, the output's part files, do not depend on it."""
     skipped = report.setdefault("skipped", [])
     empty = report.setdefault("empty_files", [])
     ignored = report.setdefault("ignored_files", [])
@@ -460,16 +500,20 @@ def plan_partitions(inputs: list[str], cfg: InputConfig, report: dict, reserved=
                 if meta.num_rows == 0:
                     empty.append(path)
                     continue
-                specs = _plan_parquet(meta, cfg, 0, common, parallelism)
+                specs = _plan_parquet(meta, cfg, 0, common, parallelism, piece_bytes)
                 whole = len(specs) == 1 and specs[0].row_slice is None
                 nbytes = sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
                 planned.append((specs, whole, nbytes, meta.num_rows))
             elif comp is None:
-                target = size + 1 if _is_json_name(path) and _starts_with_bracket(fs, fpath) else \
-                    _even_piece(size, cfg.partition_bytes, parallelism)
-                ranges = _plan_jsonl_plain(fs, fpath, size, target)
-                specs = [PartitionSpec(0, byte_start=start, byte_end=end, first_line=line, **dict(common, digest=crc))
-                         for start, end, line, crc in ranges]
+                array = _is_json_name(path) and _starts_with_bracket(fs, fpath)  # read whole
+                target = size + 1 if array else _even_piece(size, cfg.partition_bytes, parallelism)
+                specs = [PartitionSpec(0, byte_start=pieces[0][0], byte_end=pieces[-1][1], first_line=pieces[0][2],
+                                       **dict(common, digest=crc),
+                                       pieces=tuple(PartitionSpec(0, byte_start=start, byte_end=end, first_line=line,
+                                                                  **dict(common, digest=piece_crc))
+                                                    for start, end, line, piece_crc in pieces) if len(pieces) > 1
+                                       else ())
+                         for crc, pieces in _plan_jsonl_plain(fs, fpath, size, target, None if array else piece_bytes)]
                 planned.append((specs, len(specs) == 1, size, 0))
             else:
                 with fs.open(fpath, "rb") as fh:
@@ -484,28 +528,44 @@ def plan_partitions(inputs: list[str], cfg: InputConfig, report: dict, reserved=
             if cfg.on_error != "skip":
                 raise err from None
             skipped.append({"path": path, "row": None, "reason": str(err)})
-    specs = _group_small_files(planned, cfg)
+    specs = _group_small_files(planned, cfg, piece_bytes)
     if not specs:
         raise InputError("no records found in the input (all files empty or skipped)")
     return specs
 
 
-def _group_small_files(planned: list[tuple], cfg: InputConfig) -> list[PartitionSpec]:
+def _group_small_files(planned: list[tuple], cfg: InputConfig, piece_bytes: int | None = None) -> list[PartitionSpec]:
     """The partitions in input order, numbered: consecutive whole files of one format share a partition
     while their weights (bytes; compressed files ``COMPRESSED_EXPANSION`` times theirs) stay within
-    ``input.partition_bytes`` (and their Parquet rows within ``input.partition_rows``)."""
+    ``input.partition_bytes`` (and their Parquet rows within ``input.partition_rows``). A group heavier
+    than ``piece_bytes`` has ``pieces``: runs of its files within that weight (a file more alone)."""
     out: list[PartitionSpec] = []
-    group: list[PartitionSpec] = []
+    group: list[tuple] = []  # (whole file's spec, weight)
     weight = rows = 0
+
+    def grouped(files: list) -> PartitionSpec:
+        if len(files) == 1:
+            return files[0]
+        first = files[0]
+        return PartitionSpec(0, path=first.path, rel=first.rel, file_index=first.file_index, fmt=first.fmt,
+                             members=tuple(dataclasses.replace(f, pieces=()) for f in files))
 
     def flush():
         nonlocal weight, rows
         if len(group) == 1:
-            out.append(group[0])
+            out.append(group[0][0])
         elif group:
-            first = group[0]
-            out.append(PartitionSpec(0, path=first.path, rel=first.rel, file_index=first.file_index,
-                                     fmt=first.fmt, members=tuple(group)))
+            runs, run, run_weight = [], [], 0
+            for spec, w in group:
+                if run and piece_bytes and run_weight + w > piece_bytes:
+                    runs.append(run)
+                    run, run_weight = [], 0
+                run.append(spec)
+                run_weight += w
+            runs.append(run)
+            pieces = tuple(p for g in map(grouped, runs) for p in (g.pieces or (g,)))  # a large file's own too
+            out.append(dataclasses.replace(grouped([spec for spec, _ in group]),
+                                           pieces=pieces if len(pieces) > 1 else ()))
         group.clear()
         weight = rows = 0
     for specs, whole, w, r in planned:
@@ -513,14 +573,27 @@ def _group_small_files(planned: list[tuple], cfg: InputConfig) -> list[Partition
             flush()
             out.extend(specs)
             continue
-        if group and (specs[0].fmt != group[0].fmt or weight + w > cfg.partition_bytes
+        if group and (specs[0].fmt != group[0][0].fmt or weight + w > cfg.partition_bytes
                       or rows + r > cfg.partition_rows):
             flush()
-        group.append(specs[0])
+        group.append((specs[0], w))
         weight += w
         rows += r
     flush()
     return [dataclasses.replace(s, index=i) for i, s in enumerate(out)]
+
+
+def processing_partitions(specs: list[PartitionSpec]) -> tuple[list[PartitionSpec], list[tuple[int, int]]]:
+    """The partitions a run reads and processes: each partition's ``pieces``, or the partition itself,
+    numbered in input order; and for each partition (part file) of ``specs`` the range ``(start, stop)`` of
+    them it is made of."""
+    out: list[PartitionSpec] = []
+    ranges = []
+    for spec in specs:
+        start = len(out)
+        out.extend(dataclasses.replace(p, index=start + k) for k, p in enumerate(spec.pieces or (spec,)))
+        ranges.append((start, len(out)))
+    return out, ranges
 
 
 def is_text_type(t: pa.DataType) -> bool:
@@ -1186,6 +1259,22 @@ class ParsedCache:
         with self._lock:
             part = self._pop(spec)
         return part() if part is not None and not isinstance(part, LoadedPartition) else part  # overflowed
+
+    def take_joined(self, spec: PartitionSpec, pieces: list[PartitionSpec]) -> Optional[LoadedPartition]:
+        """Partition ``spec``'s parse from those of the ``pieces`` it was read in, given out once: None when
+        one was not kept, or when their columns' types differ (a whole parse may type such a column
+        otherwise, e.g. one that is null in a piece, or integer in one and fractional in another)."""
+        parts = [self.take(p) for p in pieces]
+        if len(parts) == 1 or any(p is None for p in parts):
+            return parts[0] if len(parts) == 1 else None
+        if any(p.table.schema != parts[0].table.schema for p in parts[1:]):
+            return None
+        # a group's parse numbers its rows by order key (``order_keys``), a file's by record
+        records = [order_keys(piece, p.records) if spec.members else p.records for piece, p in zip(pieces, parts)]
+        timestamps = [p.timestamps for p in parts]
+        return LoadedPartition(pa.concat_tables([p.table for p in parts]).combine_chunks(), np.concatenate(records),
+                               [row for p in parts for row in p.skipped], sum(p.replaced_utf8 for p in parts),
+                               None if timestamps[0] is None else np.concatenate(timestamps))
 
     def _pop(self, spec: PartitionSpec):
         part = self._parts.pop(spec.index, None)

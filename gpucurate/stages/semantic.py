@@ -29,6 +29,7 @@ a cluster's search depends only on its points).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -95,6 +96,14 @@ class SemanticResult:
     edge_parts: list | None = None
     part_sizes: list | None = None
 
+    def joined(self, ranges: list[tuple[int, int]]) -> "SemanticResult":
+        """The result whose ``parts`` follow ``DocParts.joined(ranges)``: the embeddings of each range of
+        partitions as one (``write_embeddings`` writes a file per partition of the output's layout)."""
+        if self.parts is None or all(stop - start == 1 for start, stop in ranges):
+            return self
+        return dataclasses.replace(self, parts=[delayed(_joined_embeddings)(self.parts[a:b]) for a, b in ranges],
+                                   part_sizes=[sum(self.part_sizes[a:b]) for a, b in ranges])
+
 
 def load_embeddings(path: str | Path, model: dict) -> dict[int, np.ndarray]:
     """text hash -> embedding from a previous output directory (or its ``embeddings/`` folder); only
@@ -140,6 +149,13 @@ class PartEmbeddings:
     def nbytes(self) -> int:
         """What the engine's budget counts of a kept partition's embeddings."""
         return int(self.rows.nbytes + self.vectors.nbytes)
+
+
+def _joined_embeddings(parts: list) -> PartEmbeddings:
+    held = [p for p in parts if len(p.rows)] or parts[:1]
+    return PartEmbeddings(np.concatenate([p.rows for p in held]), np.concatenate([p.vectors for p in held]),
+                          sum(p.too_short for p in parts), sum(p.outside for p in parts),
+                          sum(p.reused for p in parts), parts[0].model)
 
 
 #: texts tokenized and encoded at a time: the tokenizer's output for a whole 64 MB partition (Python lists

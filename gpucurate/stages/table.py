@@ -200,6 +200,17 @@ class DocParts:
         """A table whose states lack the columns ``names`` (their memory, e.g. device sketches, is freed)."""
         return self.with_states(executor.persist_tasks([delayed(_without)(s, names) for s in self.states], desc))
 
+    def joined(self, executor: Executor, ranges: list[tuple[int, int]], desc: str) -> "DocParts":
+        """The table whose partition ``k`` joins the partitions ``ranges[k] = (start, stop)`` (consecutive, all
+        of them): their per-document columns concatenated where they are kept. The partitions' reports that
+        ``collect`` and the counts read are not kept."""
+        if all(stop - start == 1 for start, stop in ranges):
+            return self
+        states = executor.persist_tasks([delayed(_joined_states)(self.states[a:b]) for a, b in ranges], desc)
+        offsets = self.part_offsets[[a for a, _ in ranges] + [ranges[-1][1]]]
+        return DocParts(states, offsets, self.int_ids, self.skipped, self.replaced_utf8, self.renamed_ids,
+                        self.text_bytes)
+
     def with_states(self, states: list) -> "DocParts":
         return DocParts(states, self.part_offsets, self.int_ids, self.skipped, self.replaced_utf8, self.renamed_ids,
                         self.text_bytes)
@@ -374,6 +385,19 @@ def _stage_columns(state: dict, first_row: int, piece: tuple, *, stage: str) -> 
 
 def _update_state(state: dict, first_row: int, *args, columns_of, **kwargs) -> dict:
     return {**state, **columns_of(state, first_row, *args, **kwargs)}
+
+
+def _joined_states(states: list) -> dict:
+    out = {}
+    for name, first in states[0].items():
+        values = [s[name] for s in states]
+        if isinstance(first, np.ndarray):
+            out[name] = np.concatenate(values)
+        elif isinstance(first, pa.Table):  # a column all null in one piece takes the type of the others'
+            out[name] = pa.concat_tables(values, promote_options="permissive").combine_chunks()
+        elif not isinstance(first, (dict, tuple, list)):  # the partitions' reports, read before
+            raise TypeError(f"cannot join state column {name!r} of type {type(first).__name__}")
+    return out
 
 
 def _without(state: dict, names: tuple) -> dict:

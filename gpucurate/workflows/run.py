@@ -32,7 +32,8 @@ from ..engine.progress import stage as progress_stage
 from ..engine.partitions import Partitions
 from ..engine.spill import StagePeaks, machine_memory, nbytes_of
 from ..engine.tasks import delayed
-from ..io.reader import ROW_BITS, ParsedCache, load_partition, plan_partitions, read_documents
+from ..io.reader import (ROW_BITS, ParsedCache, load_partition, plan_partitions, processing_partitions,
+                         read_documents)
 from .runindex import write_run_index
 from ..io.writer import StagedOutput, needs_texts, write_annotations, write_batches, write_json, write_partition
 from ..stages.contamination import ContaminationGate
@@ -131,9 +132,15 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
         with timer("plan"):
             # input columns must not have these names
             reserved = annotation_names(cfg.output.annotation_prefix, cfg.quality.language_id)
-            specs = plan_partitions([str(i) for i in inputs], cfg.input, report, reserved, executor.workers)
-        log.info("%d input partition(s) from %d file(s) on %s", len(specs),
-                 len({p for s in specs for p in s.paths}), executor.description)
+            specs = plan_partitions([str(i) for i in inputs], cfg.input, report, reserved, executor.workers,
+                                    executor.piece_bytes)
+        # the partitions are the part files; under a small budget they are read and processed in pieces,
+        # joined again for the write
+        pieces, layout = processing_partitions(specs)
+        log.info("%d input partition(s) from %d file(s) on %s%s", len(specs),
+                 len({p for s in specs for p in s.paths}), executor.description,
+                 f", read in {len(pieces)} pieces of about {executor.piece_bytes >> 20} MB (run.memory_limit)"
+                 if len(pieces) > len(specs) else "")
         local = executor.client is None
         if not local:
             executor.client.run(reset_task_clock)
@@ -148,16 +155,22 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
         parsed = ParsedCache(executor.store.set_aside(min(machine_memory() // 8, executor.store.budget // 4)),
                              None if everything else (cfg.input.text_field,),
                              executor.store.keep_on_disk if everything else None) if local else None
-        ddf = read_documents(specs, cfg.input, reserved, local=local, cache=parsed)
+        ddf = read_documents(pieces, cfg.input, reserved, local=local, cache=parsed)
         result = deduplicate(ddf, cfg, executor, backend, timer, _locator(specs))
-        table = result.table
         with timer("write"):
+            if len(pieces) > len(specs):
+                with timer.step("write", "join pieces"):
+                    result.table = result.table.joined(executor, layout, "join pieces")
+                    if result.semantic is not None:
+                        result.semantic = result.semantic.joined(layout)
+            table = result.table
             with timer.step("write", "report samples"):
                 samples = _report_samples(table, executor)
             shown = samples.shown_ids()
             top_spans = result.substrings["top_spans"] if result.substrings is not None else []
             with timer.step("write", "parts"):
-                for _, texts, spans in executor.compute(table.map(_write_part, specs, cfg=cfg, out=str(out),
+                read_in = [pieces[a:b] for a, b in layout]
+                for _, texts, spans in executor.compute(table.map(_write_part, specs, read_in, cfg=cfg, out=str(out),
                                                                   parsed=parsed, shown=shown, top_spans=top_spans),
                                                         "write"):
                     samples.texts.update(texts)
@@ -181,6 +194,7 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
         wall = time.perf_counter() - start
         summary = _summary(cfg, inputs, specs, report, result, timer, wall, backend.name, executor.description,
                            executor.workers)
+        summary["stages"]["input"]["read_pieces"] = len(pieces)
         summary["task_seconds"] = _task_seconds(executor)
         if local:
             summary["memory"] = {"limit": executor.memory_limit, **executor.store.summary(),
@@ -228,13 +242,14 @@ def _device_summary(arrays, executor: Executor, fuzzy, wall: float) -> dict:
     return out
 
 
-def _write_part(state: dict, first_row: int, spec, *, cfg: Config, out: str, parsed: ParsedCache | None,
-                shown: set, top_spans: list) -> tuple[str, dict, dict]:
-    """Write the partition's part file; return its path, the texts of its rows in ``shown`` (doc_ids) and the
-    samples of the ``top_spans`` in its rows (``substrings.span_samples``)."""
+def _write_part(state: dict, first_row: int, spec, pieces: list, *, cfg: Config, out: str,
+                parsed: ParsedCache | None, shown: set, top_spans: list) -> tuple[str, dict, dict]:
+    """Write the partition's part file (``pieces``: the partitions it was read in); return its path, the texts
+    of its rows in ``shown`` (doc_ids) and the samples of the ``top_spans`` in its rows
+    (``substrings.span_samples``)."""
     annotations = state["annotations"]
     doc_ids = annotations.column("doc_id")
-    cached = parsed.take(spec) if parsed is not None else None
+    cached = parsed.take_joined(spec, pieces) if parsed is not None else None
     if cfg.output.columns == "all":
         part = cached or load_partition(spec, cfg.input)
         path = write_partition(spec, cfg, annotations, state["ord"], out, part)
