@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bz2
 import dataclasses
+import functools
 import glob as globlib
 import gzip
 import io
@@ -284,16 +285,50 @@ def _relative_names(files: list[str]) -> list[str]:
 # Planning
 
 
+def _gf2_times(matrix: list, vec: int) -> int:
+    out = 0
+    for row in matrix:
+        if not vec:
+            break
+        if vec & 1:
+            out ^= row
+        vec >>= 1
+    return out
+
+
+def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
+    """The CRC-32 of ``a + b`` from ``crc32(a)``, ``crc32(b)`` and ``len(b)`` (zlib's ``crc32_combine``, which
+    Python's zlib module does not offer): the operator that appends ``len2`` zero bytes, by squaring."""
+    if len2 <= 0:
+        return crc1
+    odd = [0xEDB88320] + [1 << k for k in range(31)]  # the operator of one zero bit
+    even = [_gf2_times(odd, row) for row in odd]  # two zero bits
+    odd = [_gf2_times(even, row) for row in even]  # four zero bits
+    while True:
+        even = [_gf2_times(odd, row) for row in odd]  # the first pass: one zero byte
+        if len2 & 1:
+            crc1 = _gf2_times(even, crc1)
+        len2 >>= 1
+        if not len2:
+            break
+        odd = [_gf2_times(even, row) for row in even]
+        if len2 & 1:
+            crc1 = _gf2_times(odd, crc1)
+        len2 >>= 1
+        if not len2:
+            break
+    return crc1 ^ crc2
+
+
 def _plan_jsonl_plain(fs, path, size, target, piece=None) -> list[tuple[int, list]]:
     """Byte ranges of about ``target`` bytes cut after a newline, each as ``(crc, pieces)``: the CRC-32 of
     its bytes and its pieces of about ``piece`` bytes, cut after a newline too (one piece without
     ``piece``), each ``(start, end, line, crc)``: its bytes, the line index it starts at and its CRC-32.
     The ranges do not depend on ``piece``."""
-    split = bool(piece) and piece < target
-    piece = piece if split else target
+    piece = piece if piece and piece < target else target
     ranges, pieces = [], []
     start, line, pos, lines_seen = 0, 0, 0, 0
-    crc = range_crc = 0  # of the bytes of the piece (the range, when split) so far
+    crc = 0  # of the piece's bytes so far
     range_cut = target  # the range's cut is after the first newline from here
     next_cut = min(piece, target)
     # one buffer, read into again and again; no larger than the file (a 16 MB buffer zeroed per small
@@ -314,26 +349,23 @@ def _plan_jsonl_plain(fs, path, size, target, piece=None) -> list[tuple[int, lis
                     break
                 cut = cstart + nl + 1
                 pieces.append((start, cut, line, zlib.crc32(view[done:nl + 1], crc)))
-                if split:
-                    range_crc = zlib.crc32(view[done:nl + 1], range_crc)
                 crc, done = 0, nl + 1
                 line = lines_seen + chunk.count(b"\n", 0, nl + 1)
                 start = cut
                 if cut > range_cut:  # no newline between the piece's cut and the range's: the range ends too
-                    ranges.append((range_crc if split else pieces[0][3], pieces))
-                    pieces, range_crc = [], 0
+                    ranges.append(pieces)
+                    pieces = []
                     range_cut = cut + target
                 next_cut = min(cut + piece, range_cut)
             crc = zlib.crc32(view[done:], crc)
-            if split:
-                range_crc = zlib.crc32(view[done:], range_crc)
             lines_seen += chunk.count(b"\n", 0, size_read)
             pos += size_read
     if start < size or not (ranges or pieces):
         pieces.append((start, size, line, crc))
     if pieces:
-        ranges.append((range_crc if split else pieces[0][3], pieces))
-    return ranges
+        ranges.append(pieces)
+    return [(functools.reduce(lambda c, p: crc32_combine(c, p[3], p[1] - p[0]), pieces[1:], pieces[0][3]), pieces)
+            for pieces in ranges]
 
 
 def _even_piece(size: int, target: int, parallelism: int) -> int:
@@ -1272,7 +1304,7 @@ class ParsedCache:
         # a group's parse numbers its rows by order key (``order_keys``), a file's by record
         records = [order_keys(piece, p.records) if spec.members else p.records for piece, p in zip(pieces, parts)]
         timestamps = [p.timestamps for p in parts]
-        return LoadedPartition(pa.concat_tables([p.table for p in parts]).combine_chunks(), np.concatenate(records),
+        return LoadedPartition(pa.concat_tables([p.table for p in parts]), np.concatenate(records),
                                [row for p in parts for row in p.skipped], sum(p.replaced_utf8 for p in parts),
                                None if timestamps[0] is None else np.concatenate(timestamps))
 

@@ -427,7 +427,8 @@ def write_partition(spec: PartitionSpec, cfg: Config, annotations: pa.Table, ord
     part = part or load_partition(spec, cfg.input)
     if part.table.num_rows != annotations.num_rows or not np.array_equal(order_keys(spec, part.records), ords):
         raise InputError("the file changed while it was being processed (rows differ between reads)", spec.path)
-    table = input_columns(spec, cfg, part, integer_ids(annotations.schema))
+    # one chunk per column: Parquet's pages follow the chunks, and a parse's chunks depend on how it was read
+    table = input_columns(spec, cfg, part, integer_ids(annotations.schema)).combine_chunks()
     from ..stages.cuts import output_annotations
     for name, column in zip(*output_annotations(annotations, table.column(cfg.input.text_field))):
         table = table.append_column(cfg.output.annotation_prefix + name, column)
