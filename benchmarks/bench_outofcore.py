@@ -20,6 +20,11 @@ the in-memory path with a budget above what it holds:
     python benchmarks/bench_outofcore.py --factors 10 --limits default 200MB --out /tmp/ooc.json
     python benchmarks/bench_outofcore.py --shape scattered templated --factors 10 40 --limits default 1GB
 
+``--partition-mb 256`` sets ``input.partition_bytes``: the part files' size. Under a small budget a partition
+is read in pieces (the ``partitions`` column: part files / pieces), so the peak does not follow it:
+
+    python benchmarks/bench_outofcore.py --shape scattered --factors 40 --limits default 1GB --partition-mb 256
+
 ``--shape`` (``write_corpus``): ``contiguous`` (the groups above, each group's copies next to each other),
 ``scattered`` (the copies of a source a corpus' length apart, the first round of sources Reuters' own
 bodies, whose templated near-duplicates cluster across bodies) and ``templated`` (``--factors`` copies of
@@ -135,11 +140,14 @@ def _copy(base: list, edit: float, rng, tag: str) -> str:
     return " ".join(copy)
 
 
-def run_cli(src: Path, out: Path, limit: str | None, scheduler: str | None = None, check: bool = True) -> dict:
+def run_cli(src: Path, out: Path, limit: str | None, scheduler: str | None = None, check: bool = True,
+            partition_bytes: int | None = None) -> dict:
     """``python -m gpucurate run`` under GNU time: seconds from spawn to exit, peak RSS, the summary; a failed
     run exits the benchmark, or with ``check=False`` gives ``{"exit_code", "error"}``."""
     cmd = [sys.executable, "-m", "gpucurate", "run", "--input", str(src), "--output", str(out), "-q",
            "--set", "semantic.enabled=false", "--set", "output.overwrite=true"]
+    if partition_bytes is not None:
+        cmd += ["--set", f"input.partition_bytes={partition_bytes}"]
     if limit is not None:
         cmd += ["--set", f"run.memory_limit={limit}"]
     if scheduler is not None:
@@ -240,6 +248,8 @@ def main(argv=None) -> int:
     p.add_argument("--group", type=int, default=10, help="near copies a pseudo-source")
     p.add_argument("--shape", choices=SHAPES, nargs="+", default=["contiguous"],
                    help="where the near-copies are (write_corpus); templated: --factors copies of each body")
+    p.add_argument("--partition-mb", type=int, default=None, help="input.partition_bytes in MB (default: "
+                   "gpucurate's, 64 MB)")
     p.add_argument("--work", default=None, help="folder for the corpora and outputs (default: a temporary one)")
     p.add_argument("--cluster", metavar="MEMORY", help="also run each corpus on a 2-worker command-line cluster "
                                                          "with this --memory-limit per worker (e.g. 2GB)")
@@ -262,7 +272,8 @@ def main(argv=None) -> int:
             for limit, worker_memory in runs:
                 out = work / f"out-x{factor}-{limit}"
                 if worker_memory is None:
-                    got = run_cli(src, out, None if limit == "default" else limit)
+                    got = run_cli(src, out, None if limit == "default" else limit,
+                                  partition_bytes=args.partition_mb and args.partition_mb << 20)
                     rows.append(_row(factor, limit, corpus, got, "", _outputs(out), reference, cores))
                     first_seconds = first_seconds or got["seconds"]
                     rows[-1]["vs_first"] = round(got["seconds"] / first_seconds, 2)
@@ -274,7 +285,8 @@ def main(argv=None) -> int:
                         run_cli(work / "warmup.jsonl", work / "out-warmup", None, address, check=False)
                         for _ in range(args.repeat):  # the worker peaks are those of all runs so far
                             since = time.time()
-                            got = run_cli(src, out, None, address, check=False)
+                            got = run_cli(src, out, None, address, check=False,
+                                          partition_bytes=args.partition_mb and args.partition_mb << 20)
                             workers = " / ".join(f"{peaks[k]:,}" for k in sorted(peaks))
                             files = _outputs(out) if "exit_code" not in got else {}
                             rows.append(_row(factor, f"cluster {worker_memory}", corpus, got, workers, files,
@@ -292,8 +304,8 @@ def main(argv=None) -> int:
                 reference = reference or _outputs(out)
                 if out.name != f"out-x{factor}-{args.limits[0]}":
                     shutil.rmtree(out, ignore_errors=True)
-    cols = ["corpus", "shape", "memory_limit", "documents", "text_mb", "seconds", "vs_first", "mb_s_per_core",
-            "peak_rss_mib",
+    cols = ["corpus", "shape", "memory_limit", "documents", "text_mb", "partitions", "seconds", "vs_first",
+            "mb_s_per_core", "peak_rss_mib",
             "worker_peaks_mib", "rss_per_text", "spilled_mb", "fuzzy_duplicates", "same_output", "exit_code"]
     print_table(rows, cols, f"gpucurate run on {cores} cores: peak RSS against the memory budget (the driver's "
                             "on a cluster)")
@@ -325,6 +337,8 @@ def _row(factor: int, limit: str, corpus: dict, got: dict, workers: str, files: 
     memory = summary.get("memory") or {}
     return {"corpus": f"x{factor}", "shape": corpus["shape"], "memory_limit": limit, "documents": corpus["documents"],
             "text_mb": round(mb, 1), "seconds": got["seconds"],
+            # the part files, and the pieces they were read in (under a small budget)
+            "partitions": None if failed else "{partitions} / {read_pieces}".format(**summary["stages"]["input"]),
             "mb_s_per_core": None if failed else round(mb / got["seconds"] / cores, 2),
             "peak_rss_mib": got.get("peak_rss_mib"), "worker_peaks_mib": workers,
             "rss_per_text": None if failed else round(got["peak_rss_mib"] * 2**20 / corpus["text_bytes"], 2),

@@ -19,8 +19,9 @@ def cluster():
 @pytest.mark.parametrize("p2p", [False, True])
 def test_scheduler_address_gives_identical_annotations(tmp_path, demo_frame, cluster, p2p, monkeypatch):
     """With ``p2p`` every exchange between partition tasks is a P2P shuffle (``engine.shuffle._shuffled``).
-    A task may hold 4 KB: the fuzzy verification runs in blocks of one partition (a task per pair of them),
-    and the LSH in a bucket per partition."""
+    A task may hold 4 KB: the partitions are read in pieces of 1 MB (the smallest), the fuzzy verification
+    runs in blocks of one piece (a task per pair of them), and the LSH in a bucket per piece; the output is
+    the one process's, which read the partitions whole."""
     import pyarrow.parquet as pq
     from gpucurate.engine import shuffle
     from gpucurate.engine.executor import Executor
@@ -49,7 +50,7 @@ def test_scheduler_address_gives_identical_annotations(tmp_path, demo_frame, clu
     assert local["stages"]["substrings"]["documents_touched"] == remote["stages"]["substrings"]["documents_touched"] > 0
     assert ("_by_hash" in shuffled and "_members_by_label" in shuffled and "_windows_by_key" in shuffled) == p2p, \
         shuffled
-    assert blocks and all(len(b) == remote["stages"]["input"]["partitions"] for b in blocks), blocks
+    assert blocks and all(len(b) == remote["stages"]["input"]["read_pieces"] for b in blocks), blocks
 
 
 def test_annotations_only_output_on_a_cluster(tmp_path, demo_frame, cluster):
