@@ -92,9 +92,8 @@ def tune_allocator() -> None:
 
 def trim_allocator() -> None:
     """Hand the free pages inside glibc's heaps back to the OS (``malloc_trim``; where ``tune_allocator`` ran).
-    Freed arrays of up to 64 MB stay in the heaps under a large budget (``fit_allocator_to``), and the holes
-    between live ones are not trimmed from the top: at x160 under the default budget they held 0.6 GB past
-    the 256 MB set aside by the fuzzy stage. Called between stages."""
+    Freed arrays stay in the heaps under a large budget (``fit_allocator_to``), and the holes between live
+    ones are not trimmed from the top. Called between stages."""
     if _mallopt is not None:
         _malloc_trim(0)
 
@@ -104,14 +103,18 @@ def fit_allocator_to(memory_limit: int) -> int:
     it may keep (0 where the CLI did not tune the allocator). Each mapped array's pages are faulted in
     afresh: a third of the CPU time of a run in memory (10x Reuters: 2.1 -> 1.0 s of system time, wall
     5.4 -> 4.6 s, peak RSS 1.13 -> 1.40 GB), and a quarter of the system time of the x40 scattered corpus
-    under a 1 GB budget. From ``ALLOCATOR_CACHE_FROM``, arrays up to 64 MB come from the heap and up to 256 MB
-    stays; under it, an eighth of the budget stays, from arrays up to a sixty-fourth of it."""
+    under a 1 GB budget. From ``ALLOCATOR_CACHE_FROM``, arrays up to 32 MB come from the heap and up to 256 MB
+    stays at the top of a heap, and as much again in the holes between live arrays (``trim_allocator``
+    frees them between stages only); under it, an eighth of the budget stays, from arrays up to a
+    sixty-fourth of it. x160 scattered under the default budget (6.3 GB here): 64 MB arrays from the heap
+    and 256 MB set aside peaked at 7.14 GB; 32 MB and 512 MB at 6.47 GB (10x Reuters: +0.2 s of system
+    time)."""
     if _mallopt is None:
         return 0
-    kept = 256 << 20 if memory_limit >= ALLOCATOR_CACHE_FROM else memory_limit // 8
-    _mallopt(-3, min(64 << 20, max(256 << 10, memory_limit // 64)))  # M_MMAP_THRESHOLD
-    _mallopt(-1, kept)  # M_TRIM_THRESHOLD
-    return kept
+    top = 256 << 20 if memory_limit >= ALLOCATOR_CACHE_FROM else memory_limit // 8
+    _mallopt(-3, min(32 << 20, max(256 << 10, memory_limit // 64)))  # M_MMAP_THRESHOLD
+    _mallopt(-1, top)  # M_TRIM_THRESHOLD
+    return 2 * top if memory_limit >= ALLOCATOR_CACHE_FROM else top
 
 
 def nbytes_of(value) -> int:
