@@ -94,7 +94,7 @@ def trim_allocator() -> None:
     """Hand the free pages inside glibc's heaps back to the OS (``malloc_trim``; where ``tune_allocator`` ran).
     Freed arrays stay in the heaps under a large budget (``fit_allocator_to``), and the holes between live
     ones are not trimmed from the top. Called between stages."""
-    if _mallopt is not None:
+    if _malloc_trim is not None:
         _malloc_trim(0)
 
 
