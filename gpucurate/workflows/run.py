@@ -49,6 +49,9 @@ from ..stages.semantic import SemanticDedup, SemanticResult, semantic_enabled, w
 from ..stages.table import DocParts, RowKeys, id_array
 
 log = logging.getLogger("gpucurate")
+#: what writing a part file holds per byte of its input (its parse, the parse's copy in one chunk, the
+#: annotations; 256 MB part files under a 1GB budget peaked at 1.9 GB)
+WRITE_BYTES_PER_INPUT_BYTE = 3
 
 
 class Timer:
@@ -141,6 +144,11 @@ def _run_into(out, inputs, cfg: Config, backend, timer: Timer, start: float) -> 
                  len({p for s in specs for p in s.paths}), executor.description,
                  f", read in {len(pieces)} pieces of about {executor.piece_bytes >> 20} MB (run.memory_limit)"
                  if len(pieces) > len(specs) else "")
+        if len(pieces) > len(specs) and \
+                executor.workers * WRITE_BYTES_PER_INPUT_BYTE * cfg.input.partition_bytes > executor.memory_limit // 2:
+            log.warning("the write holds a part file's rows at a time, about %d MB per thread: past run.memory_limit "
+                        "(%d MB); a smaller input.partition_bytes makes smaller part files",
+                        WRITE_BYTES_PER_INPUT_BYTE * cfg.input.partition_bytes >> 20, executor.memory_limit >> 20)
         local = executor.client is None
         if not local:
             executor.client.run(reset_task_clock)
