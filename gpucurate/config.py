@@ -39,8 +39,10 @@ class InputConfig:
     on_duplicate_id: str = _choice("error", "error", "suffix")
     #: invalid UTF-8 in JSON Lines: strict (an error for that row) or replace (U+FFFD, counted in summary.json)
     encoding_errors: str = _choice("strict", "strict", "replace")
-    #: text bytes a partition holds: plain JSON Lines are cut at line ends, Parquet row groups joined up to it
-    #: (by the text column's uncompressed size; a larger row group is read in row slices)
+    #: text bytes a partition (an output part file) holds: plain JSON Lines are cut at line ends, Parquet row
+    #: groups joined up to it (by the text column's uncompressed size; a larger row group is read in row
+    #: slices). Under a run.memory_limit whose task share cannot hold a partition's work, each partition is
+    #: read and processed in pieces, joined for the write: the part files stay the same
     partition_bytes: int = 64 * 1024 * 1024
     #: Parquet rows a partition holds at most
     partition_rows: int = 250_000
@@ -477,7 +479,8 @@ class RunConfig:
     #: null -> half of the device's memory (no limit in numba's CUDA simulator)
     device_memory: Optional[int] = None
     #: bytes of host memory of a run on this process's threads (an integer or a size such as 2GB or 512MiB):
-    #: the running tasks get up to half of it (six times a partition's bytes each), the values kept between
+    #: the running tasks get up to half of it (six times a partition's bytes each: a larger partition is read
+    #: in pieces of a sixth of a task's share, 1 MB at least), the values kept between
     #: tasks (the partitions, their states and the exchanges' pieces) the rest; past that the least recently
     #: used go to files in run.spill_dir and come back when a task needs them. null -> a quarter of this
     #: machine's memory
