@@ -49,6 +49,11 @@ def _inputs(tmp_path: Path, shape: str) -> Path:
     records = _records(150 if shape == "small" else 1200)
     if shape in ("jsonl", "small"):
         return write_jsonl(tmp_path / "docs.jsonl", records)
+    if shape == "bad":  # unparseable lines and null ids, skipped (input.on_error: skip)
+        path = tmp_path / "docs.jsonl"
+        path.write_text("".join("{not json\n" if k % 13 == 5 else json.dumps(dict(r, id=None) if k % 11 == 7 else r)
+                                + "\n" for k, r in enumerate(records)), encoding="utf-8")
+        return path
     if shape == "parquet":
         path = tmp_path / "docs.parquet"
         pq.write_table(pa.Table.from_pylist([dict(r, id=str(r["id"])) for r in records]), path, row_group_size=150)
@@ -90,6 +95,7 @@ def test_the_layout_does_not_change_and_pieces_cover_each_partition(tmp_path, sh
     ("jsonl", {"output.columns": "annotations", "quality.identify_language": True, "paragraphs.enabled": True}),
     ("parquet", {"substrings.enabled": True}),
     ("files", {}),
+    ("bad", {"input.on_error": "skip"}),
 ])
 def test_a_run_read_in_pieces_writes_the_same_bytes(tmp_path, shape, extra, monkeypatch):
     """A one-byte budget with pieces of a few KB (``spill.MIN_PIECE_BYTES`` lowered) against the default
@@ -106,5 +112,6 @@ def test_a_run_read_in_pieces_writes_the_same_bytes(tmp_path, shape, extra, monk
     assert inputs[1]["read_pieces"] > 2 * inputs[1]["partitions"]
     assert split["stages"]["fuzzy"]["duplicates"] == whole["stages"]["fuzzy"]["duplicates"] > 0
     assert _files(tmp_path / "split") == _files(tmp_path / "whole") != {}
+    assert split["skipped"] == whole["skipped"] and (shape != "bad" or len(whole["skipped"]) > 20)
     meta = pq.read_schema(tmp_path / "split" / "run_index.parquet").metadata[b"gpucurate"]
     assert len(json.loads(meta)["part_offsets"]) == inputs[1]["partitions"] + 1

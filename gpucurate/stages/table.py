@@ -255,7 +255,7 @@ class DocParts:
         if any(not m["ordered"] for m in meta) or any(a[1] >= b[0] for a, b in zip(bounds, bounds[1:])):
             raise RuntimeError("partitions are not in input order")  # a bug, not bad input
         int_ids = bool(bounds) and all(m["int_ids"] for m in meta if m["rows"])
-        table = cls(states, offsets, int_ids, [s for m in meta for s in m["skipped"]],
+        table = cls(states, offsets, int_ids, _in_input_order([s for m in meta for s in m["skipped"]]),
                     sum(m["replaced_utf8"] for m in meta), text_bytes=int(sum(m["nbytes"] for m in meta)))
         if not int_ids and any(m["int_ids"] for m in meta):
             table = table.update(executor, _ids_as_text, "unify ids")
@@ -385,6 +385,13 @@ def _stage_columns(state: dict, first_row: int, piece: tuple, *, stage: str) -> 
 
 def _update_state(state: dict, first_row: int, *args, columns_of, **kwargs) -> dict:
     return {**state, **columns_of(state, first_row, *args, **kwargs)}
+
+
+def _in_input_order(skipped: list) -> list:
+    """Skipped rows by file (in the order they come) and row: a partition lists its unparseable rows before
+    those with a null id, so the order would otherwise follow the partitions (and the budget's pieces)."""
+    files = {path: k for k, path in enumerate(dict.fromkeys(s["path"] for s in skipped))}
+    return sorted(skipped, key=lambda s: (files[s["path"]], -1 if s["row"] is None else s["row"]))
 
 
 def _joined_states(states: list) -> dict:
