@@ -539,12 +539,12 @@ def plan_partitions(inputs: list[str], cfg: InputConfig, report: dict, reserved=
             elif comp is None:
                 array = _is_json_name(path) and _starts_with_bracket(fs, fpath)  # read whole
                 target = size + 1 if array else _even_piece(size, cfg.partition_bytes, parallelism)
-                specs = [PartitionSpec(0, byte_start=pieces[0][0], byte_end=pieces[-1][1], first_line=pieces[0][2],
-                                       **dict(common, digest=crc),
-                                       pieces=tuple(PartitionSpec(0, byte_start=start, byte_end=end, first_line=line,
-                                                                  **dict(common, digest=piece_crc))
-                                                    for start, end, line, piece_crc in pieces) if len(pieces) > 1
-                                       else ())
+
+                def range_spec(start, end, line, crc, **more) -> PartitionSpec:
+                    return PartitionSpec(0, byte_start=start, byte_end=end, first_line=line,
+                                         **dict(common, digest=crc), **more)
+                specs = [range_spec(pieces[0][0], pieces[-1][1], pieces[0][2], crc,
+                                    pieces=tuple(range_spec(*p) for p in pieces) if len(pieces) > 1 else ())
                          for crc, pieces in _plan_jsonl_plain(fs, fpath, size, target, None if array else piece_bytes)]
                 planned.append((specs, len(specs) == 1, size, 0))
             else:
