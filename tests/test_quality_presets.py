@@ -118,6 +118,15 @@ def test_words_are_spacys():
     assert _tokens(list(texts)) == list(expected)
 
 
+def test_a_repeated_chunk_splits_as_it_did_the_first_time():
+    # the second and third times a chunk comes, its tokens come from the kernel's cache: seven of them at most
+    # (a chunk of seven tokens fills the cache's slot), of at most 16 Latin-1 characters
+    chunks = ['"a,b,c"', '"a,b,c,d"', "(U.S.)", "don't", "e.g.,", "1,000km", "x" * 16 + ".", "Grüße!", "日本語.", "-_-"]
+    alone = _tokens(chunks)
+    assert [len(t) for t in alone[:2]] == [7, 9]
+    assert _tokens([" ".join(chunks * 3)]) == [[t for tokens in alone for t in tokens] * 3]
+
+
 def test_values_are_datatroves():
     texts, expected = zip(*VALUES)
     offsets, data = arrow_buffers(pa.array(list(texts), pa.large_string()))

@@ -19,6 +19,10 @@ own (``WordTables``):
 "Letter", "lower-case" and "capital" are Unicode's (a letter of a script without case counts as both);
 "digit" means 0-9. On Reuters-21578 the tokens equal spaCy 3.8's on all 19,043 documents, and every rule
 of the presets decides as datatrove does on all of them (``benchmarks/bench_quality.py``).
+
+Speed: a chunk's tokens depend on its characters alone, and words repeat, so ``text_tokens`` remembers the
+split of short chunks (``chunk_cache``). Helpers called per character, token or line are inlined
+(``inline="always"``): a call that passes arrays costs about 10 ns, as much as the work of a short token.
 """
 
 from __future__ import annotations
@@ -594,11 +598,24 @@ def decode_utf8(data, start, end, cps, byte_at):
     return n
 
 
+#: chunks of at most this many Latin-1 characters are remembered with their tokens' lengths, in a direct-mapped
+#: cache of ``CHUNK_CACHE_SLOTS`` (``chunk_cache``): words repeat, so most chunks are split once per call
+CACHED_CHUNK = 16
+CHUNK_CACHE_SLOTS = 1 << 14
+
+
+@njit(nogil=True, cache=True)
+def chunk_cache():
+    """An empty cache of ``text_tokens``: per slot the chunk's characters (two words of eight bytes) and its
+    length with its tokens' lengths (a byte each, at most seven tokens; 0: empty slot)."""
+    return np.zeros((CHUNK_CACHE_SLOTS, 4), np.uint64)
+
+
 @njit(nogil=True, cache=True)
 def text_tokens(cps, m, flags, slots, case_offsets, case_cps, piece_offsets, piece_lengths, unit_offsets, unit_cps,
-                starts, ends, scratch):
+                starts, ends, scratch, cache):
     """The tokens of a text's code points ``cps[:m]`` into ``starts``/``ends`` (each at least ``m`` long);
-    return the count."""
+    return the count. ``cache``: a ``chunk_cache()`` (a chunk's tokens depend on its characters alone)."""
     n = 0
     i = 0
     while i < m:
@@ -608,8 +625,41 @@ def text_tokens(cps, m, flags, slots, case_offsets, case_cps, piece_offsets, pie
         j = i
         while j < m and not (flags[cps[j]] & SPACE):
             j += 1
+        length = j - i
+        slot = -1
+        if length <= CACHED_CHUNK:
+            k0 = np.uint64(0)
+            k1 = np.uint64(0)
+            for q in range(length):
+                c = cps[i + q]
+                if c > 255:
+                    break
+                if q < 8:
+                    k0 |= np.uint64(c) << np.uint64(8 * q)
+                else:
+                    k1 |= np.uint64(c) << np.uint64(8 * (q - 8))
+            else:
+                slot = np.int64(_mix(k0 ^ (k1 * _B) ^ np.uint64(length)) & np.uint64(CHUNK_CACHE_SLOTS - 1))
+                got = cache[slot, 2]
+                if got >> np.uint64(56) == length and cache[slot, 0] == k0 and cache[slot, 1] == k1:
+                    a = i
+                    got &= np.uint64((1 << 56) - 1)
+                    while got & np.uint64(0xFF):
+                        b = a + np.int64(got & np.uint64(0xFF))
+                        starts[n], ends[n] = a, b
+                        n += 1
+                        a = b
+                        got >>= np.uint64(8)
+                    i = j
+                    continue
+        first = n
         n = chunk_tokens(cps, i, j, flags, slots, case_offsets, case_cps, piece_offsets, piece_lengths, unit_offsets,
                          unit_cps, starts, ends, n, scratch)
+        if slot >= 0 and n - first <= 7:  # remembered: the tokens' lengths (they tile the chunk)
+            packed = np.uint64(length) << np.uint64(56)
+            for t in range(first, n):
+                packed |= np.uint64(ends[t] - starts[t]) << np.uint64(8 * (t - first))
+            cache[slot, 0], cache[slot, 1], cache[slot, 2] = k0, k1, packed
         i = j
     return n
 
@@ -628,6 +678,7 @@ def word_spans(offsets, data, flags, slots, case_offsets, case_cps, piece_offset
     ts = np.empty(longest, np.int64)
     te = np.empty(longest, np.int64)
     scratch = np.empty(longest, np.int64)
+    cache = chunk_cache()
     counts = np.zeros(n_docs, np.int64)
     out_s = np.empty(offsets[n_docs] - offsets[0] + 1, np.int64)
     out_e = np.empty(offsets[n_docs] - offsets[0] + 1, np.int64)
@@ -635,7 +686,7 @@ def word_spans(offsets, data, flags, slots, case_offsets, case_cps, piece_offset
     for d in range(n_docs):
         m = decode_utf8(data, offsets[d], offsets[d + 1], cps, byte_at)
         k = text_tokens(cps, m, flags, slots, case_offsets, case_cps, piece_offsets, piece_lengths, unit_offsets,
-                        unit_cps, ts, te, scratch)
+                        unit_cps, ts, te, scratch, cache)
         for j in range(k):
             out_s[t] = byte_at[ts[j]]
             out_e[t] = byte_at[te[j]]
@@ -661,7 +712,7 @@ PRESET_STATS = (
 _B = np.uint64(0x100000001B3)
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def _mix(h):
     h ^= h >> np.uint64(33)
     h *= np.uint64(0xFF51AFD7ED558CCD)
@@ -672,16 +723,21 @@ def _mix(h):
 
 
 @njit(nogil=True, cache=True)
-def _span_hash(cps, a, b):
-    """Polynomial hash of ``cps[a:b]`` (the hash of a concatenation folds from its parts'):
-    ``sum cps[j] * B^(b - 1 - j)`` mod 2^64."""
-    h = np.uint64(0)
-    for j in range(a, b):
-        h = h * _B + np.uint64(cps[j] + 1)
-    return h
+def _prefix_hashes(cps, m, out):
+    """``out[j]``: the polynomial hash of ``cps[:j]`` for ``j <= m``, ``sum (cps[i] + 1) * B^(j - 1 - i)`` mod 2^64
+    (``_span_hash`` gives any span's from two of them)."""
+    out[0] = 0
+    for j in range(m):
+        out[j + 1] = out[j] * _B + np.uint64(cps[j] + 1)
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
+def _span_hash(prefix, powers, a, b):
+    """The polynomial hash of ``cps[a:b]`` from its prefix hashes (``_prefix_hashes``) and ``powers[j] = B^j``."""
+    return prefix[b] - prefix[a] * powers[b - a]
+
+
+@njit(nogil=True, cache=True, inline="always")
 def _insert(keys, vals, stamp, now, key, mask):
     """Open addressing over the first ``mask + 1`` slots (a power of two: a text's table stays as small as its
     text, in cache): the slot of ``key`` (a 64-bit hash), new when ``stamp[slot] != now``; return
@@ -706,7 +762,7 @@ def _mask_for(entries, size):
     return m - 1
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def _strip(cps, a, b, flags):
     while a < b and flags[cps[a]] & SPACE:
         a += 1
@@ -715,20 +771,21 @@ def _strip(cps, a, b, flags):
     return a, b
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def _is_line_break(c):
     """Python's ``splitlines`` breaks: \\n \\r \\v \\f \\x1c-\\x1e \\x85 \\u2028 \\u2029 (\\r\\n is one)."""
     return c == 10 or c == 13 or c == 11 or c == 12 or 28 <= c <= 30 or c == 0x85 or c == 0x2028 or c == 0x2029
 
 
 @njit(nogil=True, cache=True)
-def _count_dups(cps, starts, ends, k, keys, vals, stamp, now):
-    """``find_duplicates`` of the strings ``cps[starts[i]:ends[i]]``: (repeated elements, their characters)."""
+def _count_dups(prefix, powers, starts, ends, k, keys, vals, stamp, now):
+    """``find_duplicates`` of the strings ``cps[starts[i]:ends[i]]`` (``prefix``: their text's prefix hashes):
+    (repeated elements, their characters)."""
     mask = _mask_for(k, keys.shape[0])
     elems = 0
     chars = 0
     for i in range(k):
-        h = _mix(_span_hash(cps, starts[i], ends[i]) ^ np.uint64(ends[i] - starts[i]))
+        h = _mix(_span_hash(prefix, powers, starts[i], ends[i]) ^ np.uint64(ends[i] - starts[i]))
         _, new = _insert(keys, vals, stamp, now, h, mask)
         if not new:
             elems += 1
@@ -736,7 +793,7 @@ def _count_dups(cps, starts, ends, k, keys, vals, stamp, now):
     return elems, chars
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def _is_phrase(cps, a, b, k, phrase_offsets, phrase_cps):
     """Whether ``cps[a:b]`` is phrase ``k`` of ``PHRASES``."""
     o, e = phrase_offsets[k], phrase_offsets[k + 1]
@@ -748,23 +805,40 @@ def _is_phrase(cps, a, b, k, phrase_offsets, phrase_cps):
     return True
 
 
+#: the lower-case ASCII letters that start C4's phrases (bit ``c - 97``: l, j, t, p, c, u)
+_STOP_FIRSTS = sum(1 << (ord(x[0]) - 97) for x in STOP_WORDS)
+_PHRASE_FIRSTS = sum(1 << (ord(x[0]) - 97) for x in PHRASES[_LOREM:_EDIT])
+
+
 @njit(nogil=True, cache=True)
-def _holds_phrase(cps, a, b, k, phrase_offsets, phrase_cps):
-    """Whether ``cps[a:b]``, ASCII capitals lowered, holds phrase ``k`` (lower-case ASCII)."""
-    o, e = phrase_offsets[k], phrase_offsets[k + 1]
-    n = e - o
-    for i in range(a, b - n + 1):
-        ok = True
-        for j in range(n):
-            c = cps[i + j]
-            if 65 <= c <= 90:
-                c += 32
-            if c != phrase_cps[o + j]:
-                ok = False
-                break
-        if ok:
-            return True
-    return False
+def _line_phrases(line, n, phrase_offsets, phrase_cps):
+    """Which of C4's phrases ``line[:n]`` holds, ASCII capitals lowered (bit ``k`` for ``PHRASES[k]``, lorem
+    ipsum to the policy phrases), and bit 0 for a curly bracket, in one pass."""
+    found = 0
+    for i in range(n):
+        c = line[i]
+        if c == 123:
+            found |= 1
+            continue
+        if 65 <= c <= 90:
+            c += 32
+        if c < 97 or c > 122 or not (_PHRASE_FIRSTS >> (c - 97)) & 1:
+            continue
+        for k in range(_LOREM, _EDIT):
+            o, e = phrase_offsets[k], phrase_offsets[k + 1]
+            if phrase_cps[o] != c or i + e - o > n:
+                continue
+            same = True
+            for j in range(1, e - o):
+                x = line[i + j]
+                if 65 <= x <= 90:
+                    x += 32
+                if x != phrase_cps[o + j]:
+                    same = False
+                    break
+            if same:
+                found |= 1 << k
+    return found
 
 
 @njit(nogil=True, cache=True)
@@ -813,7 +887,7 @@ def _citation_end(cps, i, b, flags, phrase_offsets, phrase_cps):
 
 
 @njit(nogil=True, cache=True)
-def _c4(cps, m, flags, tables, phrase_offsets, phrase_cps, ts, te, k, line, starts, ends, scratch):
+def _c4(cps, m, flags, tables, phrase_offsets, phrase_cps, ts, te, k, line, starts, ends, scratch, cache):
     """C4QualityFilter over the lines of ``cps[:m]`` (its tokens ``ts``/``te[:k]``): (sentences of the kept
     lines, lorem ipsum, curly bracket); a flag is 1.0 when a kept line has it (the filter stops at the
     first). ``line``, ``starts``, ``ends``, ``scratch``: for a line that loses citations, tokenized again."""
@@ -852,7 +926,7 @@ def _c4(cps, m, flags, tables, phrase_offsets, phrase_cps, ts, te, k, line, star
         n = 0  # the line without citations
         q = a
         while q < b:
-            c = _citation_end(cps, q, b, flags, phrase_offsets, phrase_cps)
+            c = _citation_end(cps, q, b, flags, phrase_offsets, phrase_cps) if cps[q] == 91 else -1
             if c >= 0:
                 q = c
                 continue
@@ -866,19 +940,14 @@ def _c4(cps, m, flags, tables, phrase_offsets, phrase_cps, ts, te, k, line, star
             continue
         if words < 3:
             continue
-        if _holds_phrase(line, 0, n, _LOREM, phrase_offsets, phrase_cps):
+        found = _line_phrases(line, n, phrase_offsets, phrase_cps)
+        if found & 1 << _LOREM:
             return sentences, 1.0, 0.0
-        if _holds_phrase(line, 0, n, _JAVASCRIPT, phrase_offsets, phrase_cps):
+        if found & 1 << _JAVASCRIPT:
             continue
-        for q in range(n):
-            if line[q] == 123:
-                return sentences, 0.0, 1.0
-        policy = False
-        for p in range(_POLICY, _EDIT):
-            if _holds_phrase(line, 0, n, p, phrase_offsets, phrase_cps):
-                policy = True
-                break
-        if policy:
+        if found & 1:  # a curly bracket
+            return sentences, 0.0, 1.0
+        if found:  # a policy phrase
             continue
         if n == b - a:  # no citation: the text's own tokens of the line
             t1 = t
@@ -887,7 +956,7 @@ def _c4(cps, m, flags, tables, phrase_offsets, phrase_cps, ts, te, k, line, star
             sentences += _sentences(cps, ts, te, t, t1, flags)
         else:
             kn = text_tokens(line, n, flags, slots, case_offsets, case_cps, piece_offsets, piece_lengths, unit_offsets,
-                             unit_cps, starts, ends, scratch)
+                             unit_cps, starts, ends, scratch, cache)
             sentences += _sentences(line, starts, ends, 0, kn, flags)
     return sentences, 0.0, 0.0
 
@@ -935,53 +1004,61 @@ def preset_stats(offsets, data, flags, slots, case_offsets, case_cps, piece_offs
     scratch = np.empty(longest, np.int64)
     line = np.empty(longest, np.int64)
     tok_key = np.empty(longest, np.uint64)
-    tok_poly = np.empty(longest, np.uint64)
-    tok_pow = np.empty(longest, np.uint64)
     gram_key = np.empty(longest, np.uint64)
     gram_len = np.empty(longest, np.int64)
+    joined_at = np.empty(longest + 1, np.int64)  # each token's start in the text's tokens joined without spaces
+    joined_hash = np.zeros(longest + 1, np.uint64)  # polynomial hashes of that joined text's prefixes
+    text_hash = np.empty(longest + 1, np.uint64)  # and of the text's
+    powers = np.ones(longest + 1, np.uint64)  # B^j
+    for j in range(1, longest + 1):
+        powers[j] = powers[j - 1] * _B
+    cand = np.empty(longest, np.int64)  # positions that may start a repeated n-gram, ascending
+    slot_at = np.empty(longest, np.int64)
     size = _mask_for(longest, 1 << 62) + 1  # a text's tables use the first slots of these
     keys = np.empty(size, np.uint64)
     vals = np.empty(size, np.int64)
     first = np.empty(size, np.int64)
-    lens = np.empty(size, np.int64)
     stamp = np.zeros(size, np.int64)
+    cache = chunk_cache()
     now = 0
     for d in range(n_docs):
         m = decode_utf8(data, offsets[d], offsets[d + 1], cps, byte_at)
         k = text_tokens(cps, m, flags, slots, case_offsets, case_cps, piece_offsets, piece_lengths, unit_offsets,
-                        unit_cps, ts, te, scratch)
+                        unit_cps, ts, te, scratch, cache)
+        if gopher or fineweb:  # the repeated lines and paragraphs
+            _prefix_hashes(cps, m, text_hash)
         if gopher:
             # Gopher quality: words that are not all punctuation, their mean length, words with a letter, stop words
             nonsym = 0
             nonsym_chars = 0
             alpha = 0
             stop_bits = 0
+            x = 0
             for t in range(k):
                 s, e = ts[t], te[t]
                 symbol = True
                 letter = False
+                joined_at[t] = x
                 for q in range(s, e):
-                    f = flags[cps[q]]
+                    c = cps[q]
+                    f = flags[c]
                     if not (f & PUNCT):
                         symbol = False
                     if f & ALPHA:
                         letter = True
+                    joined_hash[x + 1] = joined_hash[x] * _B + np.uint64(c + 1)
+                    x += 1
                 if not symbol:
                     nonsym += 1
                     nonsym_chars += e - s
                 if letter:
                     alpha += 1
-                if e - s <= 4:
+                if e - s <= 4 and 97 <= cps[s] <= 122 and (_STOP_FIRSTS >> (cps[s] - 97)) & 1:
                     for w in range(8):
                         if _is_phrase(cps, s, e, w, phrase_offsets, phrase_cps):
                             stop_bits |= 1 << w
-                poly = _span_hash(cps, s, e)
-                tok_poly[t] = poly
-                tok_key[t] = _mix(poly ^ np.uint64(e - s))
-                p = np.uint64(1)
-                for q in range(e - s):
-                    p *= _B
-                tok_pow[t] = p
+                tok_key[t] = _mix(_span_hash(joined_hash, powers, joined_at[t], x) ^ np.uint64(e - s))
+            joined_at[k] = x
             out[d, 0] = nonsym
             if nonsym:
                 out[d, 1] = nonsym_chars / nonsym
@@ -1029,70 +1106,104 @@ def preset_stats(offsets, data, flags, slots, case_offsets, case_cps, piece_offs
             a, b = _strip(cps, 0, m, flags)
             np_ = _lines_split(cps, a, b, es, ee, 2)
             now += 1
-            dup, chars = _count_dups(cps, es, ee, np_, keys, vals, stamp, now)
+            dup, chars = _count_dups(text_hash, powers, es, ee, np_, keys, vals, stamp, now)
             out[d, 8] = dup / np_
             if m:
                 out[d, 9] = chars / m
             nl_ = _lines_split(cps, 0, m, es, ee, 1)
             now += 1
-            dup, chars = _count_dups(cps, es, ee, nl_, keys, vals, stamp, now)
+            dup, chars = _count_dups(text_hash, powers, es, ee, nl_, keys, vals, stamp, now)
             out[d, 10] = dup / nl_
             if m:
                 out[d, 11] = chars / m
-            # the most frequent word 2-, 3-, 4-gram (joined by spaces): its characters times its count; the n-gram
-            # at i extends the (n - 1)-gram at i by one word
+            # the most frequent word 2-, 3-, 4-gram (joined by spaces): its characters times its count. Only an
+            # n-gram whose (n - 1)-gram repeats can repeat, so each n counts the positions of the repeated (n - 1)-
+            # grams alone (the words' first); when no n-gram repeats, the first one wins, with a count of 1
             mask = _mask_for(k, keys.shape[0])
+            now += 1
             for i in range(k):
-                gram_key[i] = tok_key[i]
-                gram_len[i] = te[i] - ts[i]
+                slot, _ = _insert(keys, vals, stamp, now, tok_key[i], mask)
+                vals[slot] += 1
+                slot_at[i] = slot
+            nc = 0
+            for i in range(k):
+                if vals[slot_at[i]] > 1:
+                    cand[nc] = i
+                    gram_key[i] = tok_key[i]
+                    gram_len[i] = te[i] - ts[i]
+                    nc += 1
             for n in range(2, 5):
                 col = 10 + n
                 if k - n + 1 <= 0:
                     out[d, col] = 0.0
                     continue
                 now += 1
-                best_count = 0
-                best_first = 0
-                best_len = 0
-                for i in range(k - n + 1):
+                counted = 0
+                while counted < nc and cand[counted] <= k - n:
+                    i = cand[counted]
                     h = _mix(gram_key[i] * _B + tok_key[i + n - 1])
-                    length = gram_len[i] + 1 + te[i + n - 1] - ts[i + n - 1]
                     gram_key[i] = h
-                    gram_len[i] = length
+                    gram_len[i] += 1 + te[i + n - 1] - ts[i + n - 1]
                     slot, new = _insert(keys, vals, stamp, now, h ^ np.uint64(n), mask)
                     if new:
                         first[slot] = i
-                        lens[slot] = length
                     vals[slot] += 1
-                    c = vals[slot]
-                    if c > best_count or (c == best_count and first[slot] < best_first):
-                        best_count, best_first, best_len = c, first[slot], lens[slot]
+                    slot_at[i] = slot
+                    counted += 1
+                best_count = 1
+                best_first = 0
+                best_len = joined_at[n] + n - 1
+                nc = 0
+                for c in range(counted):
+                    i = cand[c]
+                    slot = slot_at[i]
+                    if vals[slot] > 1:
+                        if vals[slot] > best_count or (vals[slot] == best_count and first[slot] < best_first):
+                            best_count, best_first, best_len = vals[slot], first[slot], gram_len[i]
+                        cand[nc] = i
+                        nc += 1
                 out[d, col] = best_len * best_count / m
-            # duplicated 5- to 10-grams (joined without spaces), each repeat skipping its own words; the hash of
-            # a concatenation extends by one word at a time too
-            for i in range(k):
-                gram_key[i] = tok_poly[i]
-                gram_len[i] = te[i] - ts[i]
-            for n in range(2, 11):
-                for i in range(k - n + 1):
-                    gram_key[i] = gram_key[i] * tok_pow[i + n - 1] + tok_poly[i + n - 1]
-                    gram_len[i] += te[i + n - 1] - ts[i + n - 1]
-                if n < 5:
-                    continue
-                col = 10 + n
+            # duplicated 5- to 10-grams (joined without spaces), each repeat skipping its own words. Two equal
+            # n-grams (n >= 5) start with the same `shortest` characters, the length of the text's shortest 5-gram:
+            # the scan visits only the positions whose first `shortest` characters occur at another position (the
+            # others can neither repeat nor be repeated)
+            nc = 0
+            if k >= 5:
+                shortest = joined_at[5]
+                for i in range(k - 4):
+                    shortest = min(shortest, joined_at[i + 5] - joined_at[i])
+                now += 1
+                for i in range(k - 4):
+                    a = joined_at[i]
+                    slot, _ = _insert(keys, vals, stamp, now,
+                                      _mix(joined_hash[a + shortest] - joined_hash[a] * powers[shortest]), mask)
+                    vals[slot] += 1
+                    slot_at[i] = slot
+                for i in range(k - 4):
+                    if vals[slot_at[i]] > 1:
+                        cand[nc] = i
+                        nc += 1
+            for n in range(5, 11):
                 now += 1
                 repeated = 0
-                i = 0
-                while i < k - n + 1:
-                    length = gram_len[i]
-                    slot, new = _insert(keys, vals, stamp, now, _mix(gram_key[i] ^ np.uint64(length)), mask)
-                    if not new:
-                        repeated += length
-                        i += n
+                after = 0  # where the scan goes on: past a repeat's words
+                for c in range(nc):
+                    i = cand[c]
+                    if i > k - n:
+                        break
+                    if i < after:
+                        continue
+                    a, b = joined_at[i], joined_at[i + n]
+                    length = b - a
+                    _, new = _insert(keys, vals, stamp, now,
+                                     _mix((joined_hash[b] - joined_hash[a] * powers[length]) ^ np.uint64(length)), mask)
+                    if new:
+                        after = i + 1
                     else:
-                        i += 1
+                        repeated += length
+                        after = i + n
                 if m:
-                    out[d, col] = repeated / m
+                    out[d, 10 + n] = repeated / m
         if fineweb:
             # FineWeb: the non-blank lines of text.split("\n")
             newlines = 0
@@ -1122,7 +1233,7 @@ def preset_stats(offsets, data, flags, slots, case_offsets, case_cps, piece_offs
                 out[d, 22] = punct / kept
                 out[d, 23] = short / kept
                 now += 1
-                _, chars = _count_dups(cps, es, ee, kept, keys, vals, stamp, now)
+                _, chars = _count_dups(text_hash, powers, es, ee, kept, keys, vals, stamp, now)
                 if m - newlines:
                     out[d, 24] = chars / (m - newlines)
                 if k:
@@ -1131,7 +1242,7 @@ def preset_stats(offsets, data, flags, slots, case_offsets, case_cps, piece_offs
                     out[d, 25] = np.inf
         if c4:
             sentences, lorem, curly = _c4(cps, m, flags, tables, phrase_offsets, phrase_cps, ts, te, k, line, es, ee,
-                                          scratch)
+                                          scratch, cache)
             out[d, 26] = sentences
             out[d, 27] = lorem
             out[d, 28] = curly
