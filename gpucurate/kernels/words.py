@@ -601,7 +601,7 @@ def decode_utf8(data, start, end, cps, byte_at):
 #: chunks of at most this many Latin-1 characters are remembered with their tokens' lengths, in a direct-mapped
 #: cache of ``CHUNK_CACHE_SLOTS`` (``chunk_cache``): words repeat, so most chunks are split once per call
 CACHED_CHUNK = 16
-CHUNK_CACHE_SLOTS = 1 << 14
+CHUNK_CACHE_SLOTS = 1 << 16
 
 
 @njit(nogil=True, cache=True)
@@ -726,9 +726,11 @@ def _mix(h):
 def _prefix_hashes(cps, m, out):
     """``out[j]``: the polynomial hash of ``cps[:j]`` for ``j <= m``, ``sum (cps[i] + 1) * B^(j - 1 - i)`` mod 2^64
     (``_span_hash`` gives any span's from two of them)."""
-    out[0] = 0
+    h = np.uint64(0)
+    out[0] = h
     for j in range(m):
-        out[j + 1] = out[j] * _B + np.uint64(cps[j] + 1)
+        h = h * _B + np.uint64(cps[j] + 1)
+        out[j + 1] = h
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -805,9 +807,15 @@ def _is_phrase(cps, a, b, k, phrase_offsets, phrase_cps):
     return True
 
 
-#: the lower-case ASCII letters that start C4's phrases (bit ``c - 97``: l, j, t, p, c, u)
+#: the lower-case ASCII letters that start Gopher's stop words (bit ``c - 97``)
 _STOP_FIRSTS = sum(1 << (ord(x[0]) - 97) for x in STOP_WORDS)
-_PHRASE_FIRSTS = sum(1 << (ord(x[0]) - 97) for x in PHRASES[_LOREM:_EDIT])
+#: C4's phrases by their first letter: bit ``k`` of ``_PHRASE_FIRSTS[c - 97]`` for ``PHRASES[k]`` starting with
+#: ``c`` (l, j, t, p, c, u), and their second letter (the same for the phrases of one first letter)
+_PHRASE_FIRSTS = np.array([sum(1 << k for k in range(_LOREM, _EDIT) if PHRASES[k][0] == chr(97 + c))
+                           for c in range(26)], np.int64)
+_PHRASE_SECONDS = np.array([next((ord(x[1]) for x in PHRASES[_LOREM:_EDIT] if x[0] == chr(97 + c)), 0)
+                            for c in range(26)], np.int64)
+assert all(len({x[1] for x in PHRASES[_LOREM:_EDIT] if x[0] == f}) == 1 for f in "ljtpcu")
 
 
 @njit(nogil=True, cache=True)
@@ -822,11 +830,15 @@ def _line_phrases(line, n, phrase_offsets, phrase_cps):
             continue
         if 65 <= c <= 90:
             c += 32
-        if c < 97 or c > 122 or not (_PHRASE_FIRSTS >> (c - 97)) & 1:
+        if c < 97 or c > 122 or i + 1 >= n:
             continue
+        second = line[i + 1] + 32 if 65 <= line[i + 1] <= 90 else line[i + 1]
+        if second != _PHRASE_SECONDS[c - 97]:
+            continue
+        phrases = _PHRASE_FIRSTS[c - 97]
         for k in range(_LOREM, _EDIT):
             o, e = phrase_offsets[k], phrase_offsets[k + 1]
-            if phrase_cps[o] != c or i + e - o > n:
+            if not (phrases >> k) & 1 or i + e - o > n:
                 continue
             same = True
             for j in range(1, e - o):
@@ -1034,6 +1046,7 @@ def preset_stats(offsets, data, flags, slots, case_offsets, case_cps, piece_offs
             alpha = 0
             stop_bits = 0
             x = 0
+            h = np.uint64(0)
             for t in range(k):
                 s, e = ts[t], te[t]
                 symbol = True
@@ -1046,7 +1059,8 @@ def preset_stats(offsets, data, flags, slots, case_offsets, case_cps, piece_offs
                         symbol = False
                     if f & ALPHA:
                         letter = True
-                    joined_hash[x + 1] = joined_hash[x] * _B + np.uint64(c + 1)
+                    h = h * _B + np.uint64(c + 1)
+                    joined_hash[x + 1] = h
                     x += 1
                 if not symbol:
                     nonsym += 1
