@@ -1131,21 +1131,14 @@ def preset_stats(offsets, data, flags, slots, case_offsets, case_cps, piece_offs
             if m:
                 out[d, 11] = chars / m
             # the most frequent word 2-, 3-, 4-gram (joined by spaces): its characters times its count. Only an
-            # n-gram whose (n - 1)-gram repeats can repeat, so each n counts the positions of the repeated (n - 1)-
-            # grams alone (the words' first); when no n-gram repeats, the first one wins, with a count of 1
+            # n-gram whose (n - 1)-gram repeats can repeat, so 3- and 4-grams are counted at the positions of the
+            # repeated 2- and 3-grams alone; when no n-gram repeats, the first one wins, with a count of 1
             mask = _mask_for(k, keys.shape[0])
-            now += 1
             for i in range(k):
-                slot, _ = _insert(keys, vals, stamp, now, tok_key[i], mask)
-                vals[slot] += 1
-                slot_at[i] = slot
-            nc = 0
-            for i in range(k):
-                if vals[slot_at[i]] > 1:
-                    cand[nc] = i
-                    gram_key[i] = tok_key[i]
-                    gram_len[i] = te[i] - ts[i]
-                    nc += 1
+                cand[i] = i
+                gram_key[i] = tok_key[i]
+                gram_len[i] = te[i] - ts[i]
+            nc = k
             for n in range(2, 5):
                 col = 10 + n
                 if k - n + 1 <= 0:
