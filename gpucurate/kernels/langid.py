@@ -28,6 +28,11 @@ import numpy as np
 
 from .jit import njit
 
+#: the direct-mapped cache of the n-gram sums of words out of the vocabulary, per call: its slots, the longest
+#: word kept in a slot, and the mark of a longer word's length
+CACHE_SLOTS = 1 << 16
+SHORT_WORD = 16
+LONG_WORD = np.uint64(1 << 63)
 FNV_OFFSET = np.uint64(2166136261)
 FNV_PRIME = np.uint64(16777619)
 _LOW32 = np.uint64(0xFFFFFFFF)
@@ -150,13 +155,13 @@ def predict_languages(offsets, data, slots, word_offsets, word_bytes, word_sums,
     stack_node = np.empty(2 * nlabels, np.int64)
     stack_score = np.empty(2 * nlabels, np.float64)
     floor = np.log(1e-5)
-    # the sums of the words out of the vocabulary met in this call, a slot per hash (a new word replaces)
-    cache_mask = (1 << 16) - 1
-    cache_start = np.full(cache_mask + 1, -1, np.int64)
-    cache_end = np.zeros(cache_mask + 1, np.int64)
-    cache_sums = np.empty((cache_mask + 1, dim), np.float32)
-    cache_count = np.zeros(cache_mask + 1, np.int64)
-    one = np.zeros(dim, np.float32)
+    # the n-gram sums of the words out of the vocabulary met in this call, a slot per hash (a new word replaces),
+    # with the word's length (0: an empty slot) and its rows' count. A word of at most SHORT_WORD bytes is kept
+    # in the slot (two words of eight bytes), as reading it where it came first was a cache miss; a longer one
+    # is read there (its start kept, its length marked LONG_WORD)
+    cache_mask = CACHE_SLOTS - 1
+    cache_key = np.zeros((CACHE_SLOTS, 4), np.uint64)
+    cache_sums = np.empty((CACHE_SLOTS, dim), np.float32)
     for d in range(n_docs):
         for k in range(dim):
             acc[k] = 0.0
@@ -183,28 +188,39 @@ def predict_languages(offsets, data, slots, word_offsets, word_bytes, word_sums,
                       and data[i + 6] == 108 and data[i + 7] == 95 and data[i + 8] == 95):  # not "__label__"
                 # a word out of the vocabulary: its n-grams' rows, from the cache when it was seen before
                 c = np.int64(h) & cache_mask
-                a = cache_start[c]
-                hit = a >= 0 and cache_end[c] - a == j - i
-                if hit:
+                k0 = np.uint64(0)
+                k1 = np.uint64(0)
+                if j - i <= SHORT_WORD:
+                    length = np.uint64(j - i)
                     for k in range(j - i):
-                        if data[a + k] != data[i + k]:
-                            hit = False
-                            break
+                        if k < 8:
+                            k0 |= np.uint64(data[i + k]) << np.uint64(8 * k)
+                        else:
+                            k1 |= np.uint64(data[i + k]) << np.uint64(8 * (k - 8))
+                    hit = cache_key[c, 2] == length and cache_key[c, 0] == k0 and cache_key[c, 1] == k1
+                else:
+                    length = np.uint64(j - i) | LONG_WORD
+                    k0 = np.uint64(i)
+                    hit = cache_key[c, 2] == length
+                    if hit:
+                        a = np.int64(cache_key[c, 0])
+                        for k in range(j - i):
+                            if data[a + k] != data[i + k]:
+                                hit = False
+                                break
                 if not hit:
                     word[0] = 60  # '<'
                     for k in range(j - i):
                         word[k + 1] = data[i + k]
                     word[j - i + 1] = 62  # '>'
                     for k in range(dim):
-                        one[k] = 0.0
-                    cache_count[c] = add_ngrams(word, j - i + 2, minn, maxn, bucket, prune_keys, prune_values, nwords,
-                                                rows, one)
-                    for k in range(dim):
-                        cache_sums[c, k] = one[k]
-                    cache_start[c], cache_end[c] = i, j
+                        cache_sums[c, k] = 0.0
+                    count = add_ngrams(word, j - i + 2, minn, maxn, bucket, prune_keys, prune_values, nwords, rows,
+                                       cache_sums[c])
+                    cache_key[c, 0], cache_key[c, 1], cache_key[c, 2], cache_key[c, 3] = k0, k1, length, count
                 for k in range(dim):
                     acc[k] += cache_sums[c, k]
-                total += cache_count[c]
+                total += np.int64(cache_key[c, 3])
             i = j
         if words == 0:
             labels_out[d] = -1

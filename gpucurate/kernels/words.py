@@ -641,7 +641,7 @@ def text_tokens(cps, m, flags, slots, case_offsets, case_cps, piece_offsets, pie
             else:
                 slot = np.int64(_mix(k0 ^ (k1 * _B) ^ np.uint64(length)) & np.uint64(CHUNK_CACHE_SLOTS - 1))
                 got = cache[slot, 2]
-                if got >> np.uint64(56) == length and cache[slot, 0] == k0 and cache[slot, 1] == k1:
+                if np.int64(got >> np.uint64(56)) == length and cache[slot, 0] == k0 and cache[slot, 1] == k1:
                     a = i
                     got &= np.uint64((1 << 56) - 1)
                     while got & np.uint64(0xFF):
