@@ -90,6 +90,8 @@ def values(tp, meta) -> str:
         text = "`true` \\| `false`"
     elif base is list or typing.get_origin(base) is list:
         text = "list" if meta.get("items") == "any" else "list of strings"
+    elif base is dict:
+        text = "mapping"
     else:
         text = {int: "integer", float: "number", str: "string"}[base]
     return text + (" or `null`" if optional else "")

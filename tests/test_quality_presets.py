@@ -175,6 +175,35 @@ def test_presets_in_a_run(tmp_path):
     assert read_annotations(tmp_path / "p").equals(read_annotations(tmp_path / "o"))
 
 
+def test_preset_limits_change_a_rule_s_limit_or_turn_it_off(tmp_path):
+    texts = ["A long enough text about markets. " * 30, "Too short a text here.", "word word word word word " * 20]
+    src = write_jsonl(tmp_path / "in.jsonl", [{"id": i, "text": t} for i, t in enumerate(texts)])
+    limits = {"gopher_short_doc": 3, "gopher_enough_stop_words": None, "top_2_gram": 0.5}
+    summary = run([str(src)], tmp_path / "o", overrides={**Q, "quality.preset": ["gopher"],
+                                                           "quality.preset_limits": limits})
+    stats = preset_stats(*arrow_buffers(pa.array(texts, pa.large_string())), *word_tables().stats_arrays())
+    top2 = stats[2, PRESET_STATS.index("top_2_gram")]
+    assert stats[1, PRESET_STATS.index("gopher_words")] == 5 and top2 > 0.5
+    reasons = read_annotations(tmp_path / "o").set_index("doc_id")["drop_reason"]
+    # 5 words pass a limit of 3 (the default is 50), no stop word is no longer a reason, a limit of 0.5
+    assert not reasons[1].startswith("quality: gopher_short_doc") and "stop_words" not in "".join(reasons)
+    assert reasons[2] == f"quality: top_2_gram {top2:.4g} > 0.5 (preset gopher)"
+    rules = {r["rule"]: r for r in summary["stages"]["quality"]["rules"]}
+    assert "gopher_enough_stop_words" not in rules
+    assert (rules["gopher_short_doc"]["fails_when"], rules["top_2_gram"]["limit"]) == ("< 3", 0.5)
+    assert rules["top_3_gram"]["limit"] == 0.18  # the others keep datatrove's
+
+
+@pytest.mark.parametrize("value, says", [("{nope: 3}", "no such rule"), ("{too_few_sentences: 3}", "preset c4"),
+                                         ("{top_2_gram: high}", "a number or null"), ("[1]", "a mapping")])
+def test_a_bad_preset_limit_is_one_line(tmp_path, capsys, value, says):
+    src = write_jsonl(tmp_path / "in.jsonl", [{"id": 1, "text": "hello"}])
+    assert main(["run", "-i", str(src), "--output", str(tmp_path / "o"), "-q", "--set", "quality.preset=[gopher]",
+                 "--set", f"quality.preset_limits={value}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "quality.preset_limits" in err and says in err
+
+
 @pytest.mark.parametrize("value", ["gopher", "[gopher,nope]", "[]"])
 def test_a_bad_preset_is_one_line(tmp_path, capsys, value):
     src = write_jsonl(tmp_path / "in.jsonl", [{"id": 1, "text": "hello"}])

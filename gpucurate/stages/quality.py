@@ -2,7 +2,7 @@
 
 Each rule compares one statistic of ``kernels.gates.quality_stats`` with a limit from ``quality`` config
 (null = rule off); ``quality.preset`` adds datatrove's Gopher, C4 and FineWeb filters with their defaults
-(``PRESET_RULES``, statistics of ``kernels.words.preset_stats``), and ``quality.languages`` a language rule. A document that fails a rule is annotated ``keep = false``, ``drop_stage = quality``
+(``PRESET_RULES``, statistics of ``kernels.words.preset_stats``; ``quality.preset_limits`` changes them), and ``quality.languages`` a language rule. A document that fails a rule is annotated ``keep = false``, ``drop_stage = quality``
 and ``drop_reason = "quality: <rule> <value> <op> <limit>"`` (the first failed rule in ``RULES`` order),
 and takes no part in the dedup stages. The rules follow Gopher (Rae et al. 2021); ``configs/web-crawl.yaml``
 turns on the usual settings, the defaults turn everything off.
@@ -86,11 +86,38 @@ PRESET_BASE = len(RULES)
 RULES = RULES + tuple((name, None, "preset", op) for _, name, _, op, _ in PRESET_RULES)
 
 
-def preset_rules(presets) -> list[tuple[int, str, int, str, float]]:
-    """``(rule index, name, PRESET_STATS column, op, limit)`` of the rules of ``presets``."""
+def preset_rules(presets, limits: dict | None = None) -> list[tuple[int, str, int, str, float]]:
+    """``(rule index, name, PRESET_STATS column, op, limit)`` of the rules of ``presets``, with the limits of
+    ``limits`` (rule name -> limit, None: the rule is off; ``quality.preset_limits``) instead of datatrove's."""
     from ..kernels.words import PRESET_STATS
-    return [(PRESET_BASE + i, name, PRESET_STATS.index(stat), op, float(limit))
-            for i, (preset, name, stat, op, limit) in enumerate(PRESET_RULES) if preset in (presets or ())]
+    limits = limits or {}
+    return [(PRESET_BASE + i, name, PRESET_STATS.index(stat), op, float(limits.get(name, limit)))
+            for i, (preset, name, stat, op, limit) in enumerate(PRESET_RULES)
+            if preset in (presets or ()) and not (name in limits and limits[name] is None)]
+
+
+def preset_limit(rule: int, limits: dict) -> float:
+    """The limit that preset rule ``rule`` (an index of ``RULES``) ran with, from ``QualityGate.limits``."""
+    _, name, _, _, default = PRESET_RULES[rule - PRESET_BASE]
+    return (limits.get("preset_limits") or {}).get(name, default)
+
+
+def check_preset_limits(cfg: QualityConfig) -> None:
+    """``quality.preset_limits``: every key a rule of a preset in ``quality.preset``, every value a number
+    or null (ConfigError, exit 2, otherwise)."""
+    if cfg.preset_limits is None:
+        return
+    if not isinstance(cfg.preset_limits, dict):
+        raise ConfigError(f"quality.preset_limits must be a mapping of rule names to limits, got {cfg.preset_limits!r}")
+    presets = {name: preset for preset, name, *_ in PRESET_RULES}
+    for name, limit in cfg.preset_limits.items():
+        if name not in presets:
+            raise ConfigError(f"quality.preset_limits.{name}: no such rule; the rules are {', '.join(presets)}")
+        if presets[name] not in (cfg.preset or ()):
+            raise ConfigError(f"quality.preset_limits.{name}: a rule of preset {presets[name]}, which quality.preset "
+                              f"does not include")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float))):
+            raise ConfigError(f"quality.preset_limits.{name} must be a number or null, got {limit!r}")
 
 
 def active_rules(cfg: QualityConfig) -> list[tuple[int, str, int, str, float]]:
@@ -230,8 +257,8 @@ class QualityResult:
         for rule, value, lang in distinct.tolist():
             name, _, key, op = RULES[rule]
             if rule >= PRESET_BASE:
-                preset, _, _, _, limit = PRESET_RULES[rule - PRESET_BASE]
-                texts.append(f"quality: {name} {value:.4g} {op} {limit:g} (preset {preset})")
+                preset = PRESET_RULES[rule - PRESET_BASE][0]
+                texts.append(f"quality: {name} {value:.4g} {op} {preset_limit(rule, self.limits):g} (preset {preset})")
                 continue
             if rule == LANGUAGE_RULE:
                 code = self.limits["language_labels"][lang] if lang >= 0 else "none"
@@ -281,8 +308,7 @@ def rule_report(parts: list[dict], limits: dict) -> list[dict]:
     for r in sorted(hists):
         name, _, key, op = RULES[r]
         if r >= PRESET_BASE:
-            source, _, _, op, limit = PRESET_RULES[r - PRESET_BASE]
-            source = f"preset {source}"
+            source, limit = f"preset {PRESET_RULES[r - PRESET_BASE][0]}", preset_limit(r, limits)
         elif r == LANGUAGE_RULE:
             source, op, limit = "languages", "<", limits["min_language_score"]
         else:
@@ -304,7 +330,8 @@ class QualityGate:
     def __init__(self, cfg: QualityConfig, model: str | None = None):
         self.cfg = cfg
         self.rules = active_rules(cfg) if cfg.enabled else []
-        self.presets = preset_rules(cfg.preset) if cfg.enabled else []
+        check_preset_limits(cfg)
+        self.presets = preset_rules(cfg.preset, cfg.preset_limits) if cfg.enabled else []
         self.language = None
         if cfg.language_id:
             from .language import load_model
@@ -333,6 +360,7 @@ class QualityGate:
         are identified."""
         out = {key: getattr(self.cfg, key) for _, _, key, _ in RULES[:PRESET_BASE]}
         out["preset"] = self.cfg.preset
+        out["preset_limits"] = self.cfg.preset_limits
         if self.language is not None:
             from .language import load_model
             model = load_model(self.language.model)
