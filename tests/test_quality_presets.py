@@ -118,6 +118,18 @@ def test_words_are_spacys():
     assert _tokens(list(texts)) == list(expected)
 
 
+def test_the_character_classes_come_from_the_cache_once_made(tmp_path, monkeypatch):
+    from gpucurate.kernels import words
+    monkeypatch.setenv("GPUCURATE_CACHE_DIR", str(tmp_path))
+    made = words._character_flags()
+    (saved,) = (tmp_path / "words").glob("flags-*.npz")
+    assert (words._character_flags() == made).all() and (made == words._make_character_flags()).all()
+    saved.write_bytes(b"not an npz")  # a damaged file is made again, and replaced
+    assert (words._character_flags() == made).all()
+    with np.load(saved) as again:
+        assert (again["flags"] == made).all()
+
+
 def test_a_repeated_chunk_splits_as_it_did_the_first_time():
     # the second and third times a chunk comes, its tokens come from the kernel's cache: seven of them at most
     # (a chunk of seven tokens fills the cache's slot), of at most 16 Latin-1 characters

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 
 import numpy as np
 
 from .jit import njit
+from .tables import cached_arrays
 
 #: code point classes (low 2 bits: how the normalizer maps it; bits 2-3: how the pre-tokenizer splits it)
 REMOVED, SAME, MAPPED = 0, 1, 2
@@ -51,31 +51,13 @@ def char_tables(backend) -> tuple:
     key = hashlib.sha256(json.dumps([spec.get("normalizer"), spec.get("pre_tokenizer"), tokenizers.__version__],
                                     sort_keys=True).encode()).hexdigest()[:20]
     if key not in _CHAR_TABLES:  # two threads may both make them: the same tables
-        _CHAR_TABLES[key] = _cached_char_tables(key, backend)
+        _CHAR_TABLES[key] = cached_arrays("wordpiece", f"chars-{key}", ("classes", "mapped_at", "mapped_offsets",
+                                                                        "mapped_cps"), lambda: _ask_tokenizer(backend))
     return _CHAR_TABLES[key]
 
 
 #: the tables of this process, by the key of their rules
 _CHAR_TABLES: dict = {}
-
-
-def _cached_char_tables(key: str, backend) -> tuple:
-    from .aot import cache_root
-    path = cache_root() / "wordpiece" / f"chars-{key}.npz"
-    try:
-        with np.load(path) as saved:
-            return tuple(saved[k] for k in ("classes", "mapped_at", "mapped_offsets", "mapped_cps"))
-    except (OSError, KeyError, ValueError):
-        pass
-    tables = _ask_tokenizer(backend)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        staging = path.with_name(f".{path.name}.{os.getpid()}.npz")
-        np.savez(staging, **dict(zip(("classes", "mapped_at", "mapped_offsets", "mapped_cps"), tables)))
-        os.replace(staging, path)
-    except OSError:  # no writable cache: made again by the next process
-        pass
-    return tables
 
 
 def _ask_tokenizer(backend) -> tuple:

@@ -28,11 +28,14 @@ split of short chunks (``chunk_cache``). Helpers called per character, token or 
 from __future__ import annotations
 
 import functools
+import hashlib
 import unicodedata
+from pathlib import Path
 
 import numpy as np
 
 from .jit import njit
+from .tables import cached_arrays
 
 # character classes (bits of ``WordTables.flags``)
 ALPHA, LOWER, UPPER, ICON, SPACE, PUNCT, AFFIX, CURRENCY, STERM, HYPHEN, IS_PUNCT, QUOTE, WORDCHAR, URLCHAR, \
@@ -122,41 +125,52 @@ def _fnv_cps(cps) -> int:
     return h
 
 
+def _character_flags() -> np.ndarray:
+    """``uint16[0x110000]``: every code point's classes (the bits above), from Python's Unicode tables. Made
+    in 0.3 s, so kept in gpucurate's cache, by this file's text and the Unicode version (``kernels.tables``)."""
+    key = hashlib.sha256(Path(__file__).read_bytes() + unicodedata.unidata_version.encode()).hexdigest()[:20]
+    return cached_arrays("words", f"flags-{key}", ("flags",), lambda: (_make_character_flags(),))[0]
+
+
+def _make_character_flags() -> np.ndarray:
+    flags = np.zeros(0x110000, np.uint16)
+    for cp in range(0x110000):
+        ch = chr(cp)
+        cat = unicodedata.category(ch)
+        f = 0
+        if ch.isalpha():
+            f |= ALPHA
+            cased = ch.islower() or ch.isupper()
+            f |= (LOWER if ch.islower() or not cased else 0) | (UPPER if ch.isupper() or not cased else 0)
+        if cat == "So":  # ° too: spaCy's pattern means to leave it out, but its ranges hold it
+            f |= ICON | INFIX
+        if ch.isspace():
+            f |= SPACE
+        if cat.startswith("P"):
+            f |= IS_PUNCT
+        if ch.isalnum() or ch == "_":
+            f |= WORDCHAR
+        if ch.isdecimal():
+            f |= DECIMAL
+        if ch.isascii() and ch.isalnum() or 0xA1 <= cp <= 0xFFFF:
+            f |= URLCHAR
+        if f:
+            flags[cp] = f
+    for chars, bit in ((_PUNCT_CHARS, AFFIX), (_QUOTES, AFFIX | QUOTE), (_CURRENCY, CURRENCY),
+                       (_DATATROVE_PUNCT + _STERM, PUNCT), (_STERM, STERM), (_HYPHENS, HYPHEN),
+                       (_HYPHENS + ".…+*^,:<>=/", INFIX)):
+        for ch in chars:
+            flags[ord(ch)] |= bit
+    return flags
+
+
 class WordTables:
     """The arrays ``chunk_tokens`` reads: ``flags`` uint16[0x110000] (character classes), the special cases
     (an open-addressing table over their code points' FNV-1a hashes, their code points and the lengths of
     their pieces) and the code points of the currencies and units that come off after a digit."""
 
     def __init__(self):
-        flags = np.zeros(0x110000, np.uint16)
-        for cp in range(0x110000):
-            ch = chr(cp)
-            cat = unicodedata.category(ch)
-            f = 0
-            if ch.isalpha():
-                f |= ALPHA
-                cased = ch.islower() or ch.isupper()
-                f |= (LOWER if ch.islower() or not cased else 0) | (UPPER if ch.isupper() or not cased else 0)
-            if cat == "So":  # ° too: spaCy's pattern means to leave it out, but its ranges hold it
-                f |= ICON | INFIX
-            if ch.isspace():
-                f |= SPACE
-            if cat.startswith("P"):
-                f |= IS_PUNCT
-            if ch.isalnum() or ch == "_":
-                f |= WORDCHAR
-            if ch.isdecimal():
-                f |= DECIMAL
-            if ch.isascii() and ch.isalnum() or 0xA1 <= cp <= 0xFFFF:
-                f |= URLCHAR
-            if f:
-                flags[cp] = f
-        for chars, bit in ((_PUNCT_CHARS, AFFIX), (_QUOTES, AFFIX | QUOTE), (_CURRENCY, CURRENCY),
-                           (_DATATROVE_PUNCT + _STERM, PUNCT), (_STERM, STERM), (_HYPHENS, HYPHEN),
-                           (_HYPHENS + ".…+*^,:<>=/", INFIX)):
-            for ch in chars:
-                flags[ord(ch)] |= bit
-        self.flags = flags
+        self.flags = _character_flags()
         cases = list(SPECIAL_CASES.items())
         self.case_offsets = np.zeros(len(cases) + 1, np.int64)
         self.case_offsets[1:] = np.cumsum([len(k) for k, _ in cases])
@@ -190,7 +204,7 @@ class WordTables:
 
 @functools.lru_cache(maxsize=1)
 def word_tables() -> WordTables:
-    """The tables, made once per process (0.3 s: every code point's classes)."""
+    """The tables, made once per process (the character classes from gpucurate's cache: 0.3 s the first time)."""
     return WordTables()
 
 
