@@ -1196,8 +1196,8 @@ def preset_stats(offsets, data, flags, slots, case_offsets, case_cps, piece_offs
                 now += 1
                 for i in range(k - 4):
                     a = joined_at[i]
-                    slot, _ = _insert(keys, vals, stamp, now,
-                                      _mix(joined_hash[a + shortest] - joined_hash[a] * powers[shortest]), mask)
+                    start = _mix(_span_hash(joined_hash, powers, a, a + shortest))
+                    slot, _ = _insert(keys, vals, stamp, now, start, mask)
                     vals[slot] += 1
                     slot_at[i] = slot
                 for i in range(k - 4):
@@ -1216,8 +1216,8 @@ def preset_stats(offsets, data, flags, slots, case_offsets, case_cps, piece_offs
                         continue
                     a, b = joined_at[i], joined_at[i + n]
                     length = b - a
-                    _, new = _insert(keys, vals, stamp, now,
-                                     _mix((joined_hash[b] - joined_hash[a] * powers[length]) ^ np.uint64(length)), mask)
+                    h = _mix(_span_hash(joined_hash, powers, a, b) ^ np.uint64(length))
+                    _, new = _insert(keys, vals, stamp, now, h, mask)
                     if new:
                         after = i + 1
                     else:
