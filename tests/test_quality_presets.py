@@ -130,6 +130,17 @@ def test_the_character_classes_come_from_the_cache_once_made(tmp_path, monkeypat
         assert (again["flags"] == made).all()
 
 
+def test_a_table_that_cannot_be_saved_leaves_no_file(tmp_path, monkeypatch):
+    from gpucurate.kernels import tables
+
+    def full_disk(*args):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setenv("GPUCURATE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(tables.os, "replace", full_disk)
+    (made,) = tables.cached_arrays("words", "t", ("a",), lambda: (np.arange(5),))
+    assert made.tolist() == [0, 1, 2, 3, 4] and list((tmp_path / "words").iterdir()) == []
+
+
 def test_a_repeated_chunk_splits_as_it_did_the_first_time():
     # the second and third times a chunk comes, its tokens come from the kernel's cache: seven of them at most
     # (a chunk of seven tokens fills the cache's slot), of at most 16 Latin-1 characters

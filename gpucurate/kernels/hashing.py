@@ -102,6 +102,24 @@ fmix64, _mix_word, load_le64, hash_bytes, minhash_value, band_seed, fold = defin
     njit(inline="always", nogil=True))
 
 
+@njit(inline="always", nogil=True)
+def pack_short(values, start, n):
+    """``(k0, k1, fits)``: ``values[start:start + n]`` (n <= 16, each below 256: bytes, Latin-1 code points)
+    a byte each, little-endian, in two uint64 words, an exact key of a short string; ``fits`` is False when
+    a value is 256 or more."""
+    k0 = U64(0)
+    k1 = U64(0)
+    for q in range(n):
+        c = values[start + q]
+        if c > 255:
+            return k0, k1, False
+        if q < 8:
+            k0 |= U64(c) << U64(8 * q)
+        else:
+            k1 |= U64(c) << U64(8 * (q - 8))
+    return k0, k1, True
+
+
 def padded_words(data: np.ndarray) -> np.ndarray:
     """Copy a uint8 buffer into a uint64 array with at least one trailing zero word (for
     ``load_le64``); ``.view(np.uint8)`` of the result gives the bytes back. Little-endian hosts only."""

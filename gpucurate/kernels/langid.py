@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .hashing import pack_short
 from .jit import njit
 
 #: the direct-mapped cache of the n-gram sums of words out of the vocabulary, per call: its slots, the longest
@@ -188,19 +189,13 @@ def predict_languages(offsets, data, slots, word_offsets, word_bytes, word_sums,
                       and data[i + 6] == 108 and data[i + 7] == 95 and data[i + 8] == 95):  # not "__label__"
                 # a word out of the vocabulary: its n-grams' rows, from the cache when it was seen before
                 c = np.int64(h) & cache_mask
-                k0 = np.uint64(0)
-                k1 = np.uint64(0)
                 if j - i <= SHORT_WORD:
                     length = np.uint64(j - i)
-                    for k in range(j - i):
-                        if k < 8:
-                            k0 |= np.uint64(data[i + k]) << np.uint64(8 * k)
-                        else:
-                            k1 |= np.uint64(data[i + k]) << np.uint64(8 * (k - 8))
+                    k0, k1, _ = pack_short(data, i, j - i)
                     hit = cache_key[c, 2] == length and cache_key[c, 0] == k0 and cache_key[c, 1] == k1
                 else:
                     length = np.uint64(j - i) | LONG_WORD
-                    k0 = np.uint64(i)
+                    k0, k1 = np.uint64(i), np.uint64(0)
                     hit = cache_key[c, 2] == length
                     if hit:
                         a = np.int64(cache_key[c, 0])

@@ -20,11 +20,11 @@ def cached_arrays(kind: str, key: str, names: tuple, make) -> tuple:
     except (OSError, KeyError, ValueError):
         pass
     arrays = make()
+    staging = path.with_name(f".{path.name}.{os.getpid()}.npz")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        staging = path.with_name(f".{path.name}.{os.getpid()}.npz")
         np.savez(staging, **dict(zip(names, arrays)))
         os.replace(staging, path)  # whole or not at all: another process may be reading it
-    except OSError:
-        pass
+    except OSError:  # no writable cache, or a full disk: no half-written file left behind
+        staging.unlink(missing_ok=True)
     return arrays

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .hashing import pack_short
 from .jit import njit
 from .tables import cached_arrays
 
@@ -641,31 +642,23 @@ def text_tokens(cps, m, flags, slots, case_offsets, case_cps, piece_offsets, pie
             j += 1
         length = j - i
         slot = -1
+        k0, k1, latin = np.uint64(0), np.uint64(0), False
         if length <= CACHED_CHUNK:
-            k0 = np.uint64(0)
-            k1 = np.uint64(0)
-            for q in range(length):
-                c = cps[i + q]
-                if c > 255:
-                    break
-                if q < 8:
-                    k0 |= np.uint64(c) << np.uint64(8 * q)
-                else:
-                    k1 |= np.uint64(c) << np.uint64(8 * (q - 8))
-            else:
-                slot = np.int64(_mix(k0 ^ (k1 * _B) ^ np.uint64(length)) & np.uint64(CHUNK_CACHE_SLOTS - 1))
-                got = cache[slot, 2]
-                if np.int64(got >> np.uint64(56)) == length and cache[slot, 0] == k0 and cache[slot, 1] == k1:
-                    a = i
-                    got &= np.uint64((1 << 56) - 1)
-                    while got & np.uint64(0xFF):
-                        b = a + np.int64(got & np.uint64(0xFF))
-                        starts[n], ends[n] = a, b
-                        n += 1
-                        a = b
-                        got >>= np.uint64(8)
-                    i = j
-                    continue
+            k0, k1, latin = pack_short(cps, i, length)
+        if latin:
+            slot = np.int64(_mix(k0 ^ (k1 * _B) ^ np.uint64(length)) & np.uint64(CHUNK_CACHE_SLOTS - 1))
+            got = cache[slot, 2]
+            if np.int64(got >> np.uint64(56)) == length and cache[slot, 0] == k0 and cache[slot, 1] == k1:
+                a = i
+                got &= np.uint64((1 << 56) - 1)
+                while got & np.uint64(0xFF):
+                    b = a + np.int64(got & np.uint64(0xFF))
+                    starts[n], ends[n] = a, b
+                    n += 1
+                    a = b
+                    got >>= np.uint64(8)
+                i = j
+                continue
         first = n
         n = chunk_tokens(cps, i, j, flags, slots, case_offsets, case_cps, piece_offsets, piece_lengths, unit_offsets,
                          unit_cps, starts, ends, n, scratch)
