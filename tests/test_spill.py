@@ -102,6 +102,37 @@ def test_store_keeps_within_its_budget(tmp_path):
     assert not folder.exists()
 
 
+def test_a_value_the_collector_frees_under_the_store_s_lock_does_not_block(tmp_path):
+    """The cyclic garbage collector runs inside any allocation, also one made while a thread holds the store's
+    lock (evicting, admitting): a kept value it frees there is counted out later, without waiting for that
+    lock (this hung a run, its worker killed at the test timeout)."""
+    import gc
+    import threading
+    store = spill.SpillStore(10_000, tmp_path)
+    gc.disable()
+    try:
+        cycle = [store.keep(np.zeros(250, np.int64))]  # freed only by the cyclic collector
+        cycle.append(cycle)
+        del cycle
+        assert store.memory_bytes == 2000
+
+        def collect_under_the_lock():
+            with store._lock:
+                gc.collect()
+        worker = threading.Thread(target=collect_under_the_lock, daemon=True)
+        worker.start()
+        worker.join(10)
+        assert not worker.is_alive()
+    finally:
+        gc.enable()
+    assert store.memory_bytes == 0
+    kept = [store.keep(np.zeros(250, np.int64)) for _ in range(6)]  # ids of collected values may be reused
+    assert store.memory_bytes <= 10_000 and store.spills == 1
+    del kept
+    assert store.memory_bytes == 0
+    store.close()
+
+
 def test_small_values_go_to_disk_after_the_large_ones(tmp_path, monkeypatch):
     """An exchange's many small pieces stay in memory while larger values can make room (a file per small
     piece costs more than its bytes); past that, they spill too, and the budget holds either way."""

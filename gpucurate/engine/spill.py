@@ -33,7 +33,7 @@ import sys
 import tempfile
 import threading
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -189,8 +189,12 @@ class SpillStore:
         # opening it than in its bytes)
         self._large: OrderedDict = OrderedDict()
         self._small: OrderedDict = OrderedDict()
+        # (key, nbytes, ref) of values collected, settled under the lock by the next call that takes it: the
+        # collector may run a weakref's callback inside any allocation, also one made while this thread
+        # holds the lock, so the callback must not take it
+        self._collected: deque = deque()
         self._count = 0
-        self.memory_bytes = 0
+        self._memory_bytes = 0
         self.peak_bytes = 0
         self.stage_peak_bytes = 0  # since ``StagePeaks`` last started a stage
         self.spilled_bytes = 0
@@ -240,29 +244,38 @@ class SpillStore:
         self._spill_all(victims)
         return value
 
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes of the kept values in memory."""
+        with self._lock:
+            self._settle()
+            return self._memory_bytes
+
     def _queue(self, nbytes: int) -> OrderedDict:
         return self._small if nbytes < SMALL_VALUE_BYTES else self._large
 
     def _admit(self, kept: _Kept) -> None:
+        self._settle()  # before a new value takes the id of one collected
         key = id(kept)
         self._queue(kept.nbytes)[key] = weakref.ref(kept, functools.partial(self._gone, key, kept.nbytes))
-        self.memory_bytes += kept.nbytes
-        self.peak_bytes = max(self.peak_bytes, self.memory_bytes)
-        self.stage_peak_bytes = max(self.stage_peak_bytes, self.memory_bytes)
+        self._memory_bytes += kept.nbytes
+        self.peak_bytes = max(self.peak_bytes, self._memory_bytes)
+        self.stage_peak_bytes = max(self.stage_peak_bytes, self._memory_bytes)
 
     def _victims(self, newest: _Kept) -> list:
         """The least recently used kept values to move to disk for ``memory_bytes`` to fit the budget (taken
         out of the count here, under the lock; written by the caller)."""
+        self._settle()
         victims = []
         for queue in (self._large, self._small):
             for key in list(queue):
-                if self.memory_bytes <= self.budget:
+                if self._memory_bytes <= self.budget:
                     return victims
                 kept = queue[key]()
                 if kept is None or kept is newest:
                     continue
                 del queue[key]
-                self.memory_bytes -= kept.nbytes
+                self._memory_bytes -= kept.nbytes
                 victims.append(kept)
         return victims
 
@@ -306,12 +319,17 @@ class SpillStore:
             return self.folder
 
     def _gone(self, key: int, nbytes: int, ref) -> None:
-        """A kept value in memory that no task refers to any more: its bytes no longer count."""
-        with self._lock:
+        """A kept value in memory that no task refers to any more: its bytes no longer count (once settled)."""
+        self._collected.append((key, nbytes, ref))
+
+    def _settle(self) -> None:
+        """Take the values collected out of the queues and the count (under the lock)."""
+        while self._collected:
+            key, nbytes, ref = self._collected.popleft()
             queue = self._queue(nbytes)
             if queue.get(key) is ref:
                 del queue[key]
-                self.memory_bytes -= nbytes
+                self._memory_bytes -= nbytes
 
     def set_aside(self, nbytes: int) -> int:
         """Take ``nbytes`` out of the budget, for a cache that the caller holds itself; returns them."""
