@@ -8,12 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from conftest import read_annotations, write_jsonl
 from gpucurate.cli import main
 from gpucurate.errors import ConfigError
-from gpucurate.workflows.ingest import ingest
+from gpucurate.workflows.ingest import ingest, ingest_run
 from gpucurate.workflows.run import run
 from gpucurate.workflows.state import MANIFEST, REGISTRY_COLUMNS, State, StateLock
 
@@ -159,6 +160,34 @@ def test_concurrent_ingest_fails_clearly(tmp_path, batches, capsys):
     assert not (state / MANIFEST).exists()
     assert main(["ingest", "--state", str(state), "--input", batches[0], "-q", "--no-progress",
                  "--set", "semantic.enabled=false"]) == 0
+
+
+def _annotations_named_as_the_state(folder: Path) -> pd.DataFrame:
+    """A run's records by doc_id, the annotation columns without their prefix (gc_), the input's lang as lang_src."""
+    df = pd.concat(pq.read_table(f).to_pandas() for f in sorted((folder / "annotations").glob("part-*.parquet")))
+    return df.rename(columns={"lang": "lang_src"}).rename(columns=lambda c: c.removeprefix("gc_")).set_index("doc_id")
+
+
+def test_batches_identify_languages_as_one_run(tmp_path, batches):
+    """Languages are identified per batch and kept in the state: the drops by language, the reasons and the
+    lang columns of every document equal one run's, in the state's registry and in a batch's output,
+    whose committed documents' annotations are rebuilt from the state."""
+    over = {**Q, "quality.languages": ["en", "ru", "de"], "output.annotation_prefix": "gc_"}
+    run(batches, tmp_path / "full", overrides=over)
+    for k, batch in enumerate(batches):
+        ingest([batch], tmp_path / "state", overrides=over, output=tmp_path / f"out{k}" if k == 2 else None)
+    full = _annotations_named_as_the_state(tmp_path / "full")
+    reg = registry(tmp_path / "state").loc[full.index]
+    compared = COMPARED + ["lang", "lang_score"]
+    pd.testing.assert_frame_equal(reg[compared], full[compared], check_dtype=False)
+    by_language = full.drop_reason.str.startswith("quality: language", na=False)
+    assert by_language.sum() > 100 and set(full.lang.dropna()) >= {"en", "ru", "de", "zh", "ja", "ko"}
+    out = _annotations_named_as_the_state(tmp_path / "out2")
+    pd.testing.assert_frame_equal(out[compared], full.loc[out.index, compared], check_dtype=False)
+    assert (out.lang == out.lang_src).mean() > 0.9  # the demo's own labels (an input column, kept)
+    ingest_run(tmp_path / "full", tmp_path / "seeded")  # the run's own config, languages included
+    seeded = registry(tmp_path / "seeded").loc[full.index]
+    pd.testing.assert_frame_equal(seeded[compared], full[compared], check_dtype=False)
 
 
 def test_output_holds_the_batch_records(tmp_path, batches):

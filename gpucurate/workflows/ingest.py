@@ -51,7 +51,7 @@ from ..engine.failpoints import failpoint
 from .lsh_index import bucket_entries, stored_bucket_pairs
 from . import vector_index
 from .vector_index import fit_centroids, search, stored_cells
-from .state import (DOC_RECORD, EDGE, MANIFEST, REGISTRY_RECORD, Segment, State, StateLock, id_keys,
+from .state import (DOC_RECORD, EDGE, MANIFEST, REGISTRY_RECORD, Segment, State, StateLock, doc_quality, id_keys,
                     item_record, vector_record)
 from ..stages.table import DocTable, canonicals, split_rows
 
@@ -87,9 +87,6 @@ def resolve_ingest_config(state: State, config, overrides) -> Config:
         if getattr(cfg, stage).enabled:
             raise ConfigError(f"ingest does not support {stage}.enabled ({stage} dedup rewrites texts of "
                               "already indexed documents)")
-    if cfg.quality.language_id:
-        raise ConfigError("ingest does not identify languages yet (its state keeps no lang column): "
-                          "quality.languages and quality.identify_language are for gpucurate run")
     if cfg.semantic.keep in ("nearest", "farthest"):
         raise ConfigError("ingest compares embeddings exhaustively, without k-means centroids: semantic.keep "
                           "must be policy, first, earliest or longest")
@@ -107,9 +104,11 @@ def _batch_records(table: DocTable, exact: ExactResult, quality: QualityResult |
     out = np.zeros(n, DOC_RECORD)
     out["text_hash"], out["timestamp"], out["nbytes"] = exact.hashes, table.timestamps, table.nbytes
     out["words"], out["chars"], out["empty"] = exact.words, exact.chars, exact.empty
-    out["quality_rule"] = quality.rule if quality is not None else -1
+    out["quality_rule"], out["lang"] = -1, -1
     if quality is not None:
-        out["quality_value"] = quality.value
+        out["quality_rule"], out["quality_value"] = quality.rule, quality.value
+        if quality.lang is not None:
+            out["lang"], out["lang_score"] = quality.lang, quality.lang_score
     if contamination is not None:
         out["contaminated"], out["contamination_drop"] = contamination.contaminated, contamination.drop
     out["ingested_at"], out["batch"] = now.value, batch
@@ -645,7 +644,7 @@ def compute_batch(state: State, cfg: Config, inputs: list[str], executor: Execut
         grouped = regroup(state, cfg, backend, closure, fresh, vectors)
     quality = None
     if quality_b is not None:
-        quality = QualityResult(closure.docs["quality_rule"], closure.docs["quality_value"], quality_b.limits)
+        quality = doc_quality(closure.docs, quality_b.limits)
     contamination = None
     if closure.docs["contaminated"].any():
         # the gate's texts and spans of the new documents (the state keeps labels and reasons only)

@@ -47,6 +47,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..config import LANGUAGE_COLUMNS
 from ..errors import ConfigError, LockedError
 from ..io.locks import FileLock
 from ..engine.failpoints import failpoint
@@ -55,7 +56,7 @@ from ..io.sorted_runs import RUN_FILES, Run, SortedRuns, merge_runs, write_run
 
 log = logging.getLogger("gpucurate")
 
-FORMAT = 2
+FORMAT = 3
 MANIFEST = "MANIFEST.json"
 
 
@@ -98,7 +99,8 @@ class StateLock(FileLock):
 DOC_RECORD = np.dtype([("text_hash", np.uint64), ("timestamp", np.int64), ("nbytes", np.int64), ("words", np.int64),
                        ("chars", np.int64), ("quality_value", np.float64), ("ingested_at", np.int64),
                        ("batch", np.int64), ("quality_rule", np.int16), ("empty", np.bool_),
-                       ("contaminated", np.bool_), ("contamination_drop", np.bool_)])
+                       ("contaminated", np.bool_), ("contamination_drop", np.bool_), ("lang", np.int16),
+                       ("lang_score", np.float32)])
 #: what a document's annotation is made of (``stages.annotate.annotation_columns``): its cluster, the rows of
 #: its exact canonical, of that one's fuzzy canonical and of the final canonical, the two similarities and
 #: the final cluster's size
@@ -119,6 +121,14 @@ REPLACED = ("registry",)
 #: most this many times the newest): runs grow like the digits of a base-4 counter, so an index has
 #: O(log n) runs whatever the number of batches, and an entry is rewritten log4(n / batch) times
 MERGE_FANIN = 4
+
+
+def doc_quality(docs: np.ndarray, limits: dict):
+    """``stages.quality.QualityResult`` of ``docs`` (DOC_RECORD[k]) under the gate's ``limits``, with their
+    languages when the gate identifies them."""
+    from ..stages.quality import QualityResult
+    languages = (docs["lang"], docs["lang_score"]) if "language_labels" in limits else (None, None)
+    return QualityResult(docs["quality_rule"], docs["quality_value"], limits, *languages)
 
 
 def item_record(method: str, signatures: int = 0) -> np.dtype:
@@ -281,9 +291,9 @@ class State:
     def annotations(self, rows: np.ndarray, cfg=None) -> pa.Table:
         """The current annotation columns of ``rows`` (int64[k], committed), as ``run`` writes them."""
         from ..config import load_config, flatten
-        from ..stages.annotate import Gates, annotation_columns
+        from ..stages.annotate import Gates, annotation_columns, with_languages
         from ..stages.fuzzy import FuzzyDedup
-        from ..stages.quality import QualityGate, QualityResult
+        from ..stages.quality import QualityGate
         cfg = cfg or load_config(None, flatten(self.config))
         rows = np.asarray(rows, np.int64)
         found, reg = self.index("registry").latest(rows)
@@ -295,18 +305,20 @@ class State:
         ids = self.doc_ids(distinct)[inverse]
         k = len(rows)
         gates = None
+        quality = None
         if cfg.quality.enabled:
-            result = QualityResult(docs["quality_rule"], docs["quality_value"], QualityGate(cfg.quality).limits())
-            gates = Gates(result.failed, result.reasons, None)
+            quality = doc_quality(docs, QualityGate(cfg.quality).limits())
+            gates = Gates(quality.failed, quality.reasons, None)
         if docs["contaminated"].any():
             label, reason = self.doc_strings(rows)
             gates = gates or Gates(np.zeros(k, bool), None, None)
             none = np.full(k, None, object)  # texts and spans are not kept in the state
             gates.contamination = (docs["contaminated"], label, none, docs["contamination_drop"], reason, none, none)
         kind = FuzzyDedup(cfg.fuzzy, cfg.canonical.policy, None).score_kind
-        return annotation_columns(rows, reg["exact"], reg["fuzzy"], reg["final"], ids[:k], ids[k:2 * k],
-                                  ids[2 * k:3 * k], ids[3 * k:], reg["fuzzy_similarity"], reg["semantic_similarity"],
-                                  reg["cluster_size"], gates, cfg.output, self.manifest["int_ids"], kind)
+        return with_languages(annotation_columns(
+            rows, reg["exact"], reg["fuzzy"], reg["final"], ids[:k], ids[k:2 * k], ids[2 * k:3 * k], ids[3 * k:],
+            reg["fuzzy_similarity"], reg["semantic_similarity"], reg["cluster_size"], gates, cfg.output,
+            self.manifest["int_ids"], kind), quality)
 
     def registry(self) -> pd.DataFrame | None:
         """Every document's annotation (REGISTRY_COLUMNS of ``workflows.ingest``), with its batch and
@@ -314,7 +326,9 @@ class State:
         if self.empty:
             return None
         rows = np.arange(self.n_rows, dtype=np.int64)
-        t = self.annotations(rows).select(list(REGISTRY_COLUMNS)).to_pandas()
+        annotations = self.annotations(rows)
+        t = annotations.select([c for c in REGISTRY_COLUMNS + LANGUAGE_COLUMNS if c in annotations.column_names])
+        t = t.to_pandas()
         docs = self.records(rows)
         t["batch"] = docs["batch"]
         t["ingested_at"] = pd.to_datetime(docs["ingested_at"], utc=True)
