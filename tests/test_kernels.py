@@ -62,6 +62,22 @@ def test_shingle_hashes_and_signatures_match_reference(mode, k):
         assert np.array_equal(keys[d], reference_band_keys(sigs[d], 4, 8, 7))
 
 
+def test_word_units_split_on_every_space_at_every_alignment():
+    """The word scan reads eight bytes at a time: texts with runs of spaces, leading and trailing ones,
+    words of 1 to 40 bytes, multi-byte characters and bytes 0x20 apart from a space (0xA0, '@'), at every
+    offset in the buffer, give the reference's units (``str.split(" ")``), not the next text's spaces."""
+    rng = np.random.default_rng(3)
+    pieces = [" ", "  ", "a", "bc", "wordy", "x" * 9, "y" * 17, "z" * 40, "é", "日本", "@", "\xa0", "\t", "0"]
+    texts = ["".join(rng.choice(pieces, rng.integers(0, 12))) for _ in range(3000)] + [" " * 20, "a" * 8]
+    offsets, data = arrow_buffers(pa.array(texts, pa.large_string()))
+    a, b = permutations(8, 5)
+    for k in (1, 3):
+        _, csr_off, csr_val = minhash.signatures(offsets, data, minhash.WORD, k, np.uint64(5), a, b)
+        for d, t in enumerate(texts):
+            got = csr_val[csr_off[d]:csr_off[d + 1]]
+            assert set(got.tolist()) == reference_shingle_hashes(t, "word", k, 5), (k, t)
+
+
 @pytest.mark.parametrize("num_perm", [1, 3, 13, 119])
 def test_signatures_of_any_permutation_count_and_set_size_match_reference(num_perm):
     """The permutation loop takes four hashes at a time: sets of 1 to 9 shingles and counts that are not
