@@ -137,7 +137,6 @@ def shingle_minhash(offsets, words, data, mode, k, seed, perm_a, perm_b, sigs):
         needed, so no second pass compacts it).
     """
     n = offsets.shape[0] - 1
-    P = perm_a.shape[0]
     longest = 1
     for d in range(n):
         longest = max(longest, offsets[d + 1] - offsets[d])
