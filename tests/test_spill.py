@@ -133,6 +133,41 @@ def test_a_value_the_collector_frees_under_the_store_s_lock_does_not_block(tmp_p
     store.close()
 
 
+def test_the_device_store_counts_values_the_collector_frees_in_another_thread():
+    """The device's store (``device.arrays.SpillStore``) is told of a freed value by a weakref callback, in
+    whichever thread freed it: the callback only queues it (its ``device_bytes -= n`` raced the admitting
+    thread's ``+=``), and the next admit counts it out, before a new value can reuse its id."""
+    import gc
+    import threading
+    from gpucurate.device.arrays import SpillStore as DeviceStore
+
+    class Item:
+        nbytes = 100
+
+        def spill(self):
+            store.release(self)
+    store = DeviceStore()
+    store.budget = 450
+    gc.disable()
+    try:
+        held = [Item() for _ in range(4)]
+        for item in held:
+            store.admit(item)
+        cycle = [held.pop()]  # freed only by the cyclic collector
+        cycle.append(cycle)
+        del cycle
+        freer = threading.Thread(target=gc.collect)
+        freer.start()
+        freer.join()
+        assert store.device_bytes == 400  # queued, not yet counted out
+        more = [Item() for _ in range(2)]  # may take the freed one's id
+        for item in more:
+            store.admit(item)
+        assert store.device_bytes == 400 and len(store._lru) == 4  # one of the oldest spilled for the budget
+    finally:
+        gc.enable()
+
+
 def test_small_values_go_to_disk_after_the_large_ones(tmp_path, monkeypatch):
     """An exchange's many small pieces stay in memory while larger values can make room (a file per small
     piece costs more than its bytes); past that, they spill too, and the budget holds either way."""

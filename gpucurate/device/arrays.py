@@ -14,7 +14,7 @@ import functools
 import threading
 import time
 import weakref
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict, defaultdict, deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -119,9 +119,13 @@ class SpillStore:
         self.peak_bytes = 0  # the most the stored values held at once
         self.spilled = 0  # values moved to host memory
         self._lru: OrderedDict = OrderedDict()  # id -> weakref of a Spillable on the device
+        # (key, nbytes, ref) of values collected, settled by the next admit or release: a weakref's callback
+        # runs in whichever thread frees the value, maybe amid another thread's pass over ``_lru``
+        self._collected: deque = deque()
 
     def admit(self, item: "Spillable") -> None:
         """``item`` is on the device and was just used; spill others while over the budget."""
+        self.settle()  # before a new value takes the id of one collected
         key = id(item)
         if key in self._lru:
             self._lru.move_to_end(key)
@@ -140,13 +144,20 @@ class SpillStore:
 
     def release(self, item: "Spillable") -> None:
         """``item`` left the device."""
+        self.settle()
         if self._lru.pop(id(item), None) is not None:
             self.device_bytes -= item.nbytes
 
     def _gone(self, key: int, nbytes: int, ref) -> None:
-        if self._lru.get(key) is ref:  # garbage-collected while on the device
-            del self._lru[key]
-            self.device_bytes -= nbytes
+        self._collected.append((key, nbytes, ref))  # garbage-collected while on the device
+
+    def settle(self) -> None:
+        """Take the values collected out of ``_lru`` and ``device_bytes``."""
+        while self._collected:
+            key, nbytes, ref = self._collected.popleft()
+            if self._lru.get(key) is ref:
+                del self._lru[key]
+                self.device_bytes -= nbytes
 
 
 def _flatten(value) -> tuple:
@@ -298,6 +309,7 @@ class DeviceArrays:
     def reset_counts(self) -> None:
         self.lock.held_seconds = 0.0
         self.ledger = TransferLedger()
+        self.store.settle()
         self.store.peak_bytes, self.store.spilled = self.store.device_bytes, 0
 
     def memory_bytes(self) -> int | None:
