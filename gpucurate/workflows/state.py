@@ -321,8 +321,9 @@ class State:
             self.manifest["int_ids"], kind), quality)
 
     def registry(self) -> pd.DataFrame | None:
-        """Every document's annotation (REGISTRY_COLUMNS of ``workflows.ingest``), with its batch and
-        ingestion time, in row order; None for an empty state. Reads the whole state: for export and tests."""
+        """Every document's annotation (REGISTRY_COLUMNS of ``workflows.ingest``, and ``lang``, ``lang_score`` when
+        the quality gate identifies languages), with its batch and ingestion time, in row order; None for an
+        empty state. Reads the whole state: for export and tests."""
         if self.empty:
             return None
         rows = np.arange(self.n_rows, dtype=np.int64)
