@@ -118,8 +118,10 @@ class FuzzyConfig:
     #: an edge when the Hamming distance is at most simhash_max_distance (threshold and verify unused)
     method: str = _choice("minhash", "minhash", "simhash")
     simhash_max_distance: int = 3
-    #: word: k consecutive words; char: n consecutive characters (for scripts without spaces)
-    shingle: str = _choice("word", "word", "char")
+    #: word: k consecutive words; char: n consecutive characters (for scripts without spaces); auto: char for a
+    #: text whose letters are mostly of scripts without spaces (Chinese, Japanese, Thai, ...), else word
+    #: (CPU backend; with min_length 0)
+    shingle: str = _choice("word", "word", "char", "auto")
     ngram: int = 5
     num_perm: int = 128
     seed: int = 42
@@ -577,6 +579,12 @@ class Config:
             raise ConfigError("substrings.min_tokens must be >= 1 and substrings.min_doc_chars >= 0")
         if self.fuzzy.min_length < 0:
             raise ConfigError(f"fuzzy.min_length must be >= 0, got {self.fuzzy.min_length}")
+        if self.fuzzy.shingle == "auto" and self.fuzzy.min_length:
+            raise ConfigError("fuzzy.min_length counts words or characters, one unit for every text: with "
+                              "fuzzy.shingle auto it must be 0")
+        if self.fuzzy.shingle == "auto" and self.substrings.enabled and self.substrings.unit is None:
+            raise ConfigError("substrings.unit must be word or char with fuzzy.shingle auto (a unit for the "
+                              "whole corpus)")
         if self.input.partition_bytes < 1024 or self.input.partition_rows < 1:
             raise ConfigError("input.partition_bytes must be >= 1024 and input.partition_rows >= 1")
         if "earliest" in (self.canonical.policy, self.semantic.keep) and self.input.timestamp_field is None:

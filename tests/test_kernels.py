@@ -78,6 +78,30 @@ def test_word_units_split_on_every_space_at_every_alignment():
             assert set(got.tolist()) == reference_shingle_hashes(t, "word", k, 5), (k, t)
 
 
+def test_auto_mode_sketches_each_text_as_its_own_mode_would():
+    """Mode AUTO: a text mostly in scripts without spaces (kana, ideographs, Thai) by characters, any other by
+    words (Hangul, Cyrillic and Latin are written with spaces; digits and punctuation count for neither);
+    each text's signature and set equal its own mode's, whatever the rows asked and their order."""
+    from gpucurate.kernels.text import spaceless_texts
+    kinds = {"hello world this is a test": False, "日本語のテキストにはスペースがありません": True, "": False,
+             "中文文本没有空格的句子在这里, ok": True, "中文文本 with some english words": False, "ภาษาไทย": True,
+             "한국어 텍스트 입니다": False, "москва 北京": False, "123 ,,, 。": False, "東京 2024年": True}
+    texts = list(kinds) * 7
+    offsets, data = arrow_buffers(pa.array(texts, pa.large_string()))
+    assert spaceless_texts(offsets, data).tolist() == [kinds[t] for t in texts]
+    a, b = permutations(16, 3)
+    sigs, csr_off, csr_val = minhash.signatures(offsets, data, minhash.AUTO, 3, np.uint64(3), a, b, batch_bytes=256)
+    for d, t in enumerate(texts[:len(kinds)]):
+        mode = minhash.CHAR if kinds[t] else minhash.WORD
+        one_sig, _, one_set = minhash.signatures(offsets, data, mode, 3, np.uint64(3), a, b, rows=np.array([d]))
+        assert np.array_equal(sigs[d], one_sig[0]) and np.array_equal(csr_val[csr_off[d]:csr_off[d + 1]], one_set)
+    for rows in ([9, 1, 0, 5, 5, 2], [0, 3, 3], [1, 5], []):
+        rows = np.array(rows, np.int64)
+        got, got_off, got_val = minhash.signatures(offsets, data, minhash.AUTO, 3, np.uint64(3), a, b, rows=rows)
+        assert np.array_equal(got, sigs[rows]) and np.array_equal(np.diff(got_off), np.diff(csr_off)[rows])
+        assert got_val.tolist() == [v for r in rows for v in csr_val[csr_off[r]:csr_off[r + 1]].tolist()]
+
+
 @pytest.mark.parametrize("num_perm", [1, 3, 13, 119])
 def test_signatures_of_any_permutation_count_and_set_size_match_reference(num_perm):
     """The permutation loop takes four hashes at a time: sets of 1 to 9 shingles and counts that are not

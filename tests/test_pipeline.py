@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import gpucurate
+from gpucurate.errors import ConfigError
 from gpucurate.review.evaluate import exact_similar_pairs
 from gpucurate.stages.normalize import reference_normalize, reference_shingle_hashes
 
@@ -251,6 +252,40 @@ def test_char_shingles_find_cjk_near_duplicates(tmp_path):
     ann = read_annotations(tmp_path / "c").set_index("doc_id")
     assert char["stages"]["fuzzy"]["duplicates"] == 1 and ann.loc[2, "dedup_id"] == 1
     assert ann.index.dtype == np.int64  # integer ids stay integers
+
+
+def test_auto_shingles_each_text_by_its_script(tmp_path, demo_frame):
+    """fuzzy.shingle auto on the multilingual demo: texts mostly in scripts without spaces (its Chinese and
+    Japanese ones) by characters, the others by words. Each document's annotation is the char run's or the
+    word run's accordingly, so the CJK near-copies that word shingles miss are found, and nothing else moves."""
+    from gpucurate.kernels.minhash import char_texts
+    from gpucurate.stages.normalize import arrow_buffers, normalize
+    src = write_jsonl(tmp_path / "c.jsonl", _records(demo_frame))
+    ann = {}
+    for shingle in ("word", "char", "auto"):
+        gpucurate.run([str(src)], tmp_path / shingle, overrides=Q + ["semantic.enabled=false",
+                                                                     f"fuzzy.shingle={shingle}"])
+        ann[shingle] = read_annotations(tmp_path / shingle).set_index("doc_id")
+    frame = demo_frame.set_index("id").loc[ann["auto"].index]
+    cjk = char_texts(*arrow_buffers(normalize(pa.array(frame.text.tolist(), pa.large_string()))))
+    assert set(frame.lang[cjk]) == {"zh", "ja"} and not frame.lang[~cjk].isin(["zh", "ja"]).any()
+    columns = ["dedup_id", "drop_stage", "drop_reason", "similarity", "cluster_size"]
+    pd.testing.assert_frame_equal(ann["auto"].loc[cjk, columns], ann["char"].loc[cjk, columns])
+    pd.testing.assert_frame_equal(ann["auto"].loc[~cjk, columns], ann["word"].loc[~cjk, columns])
+    fuzzy = {k: int((a.loc[cjk, "drop_stage"] == "fuzzy").sum()) for k, a in ann.items()}
+    assert fuzzy["auto"] == fuzzy["char"] > 0 == fuzzy["word"]
+
+
+@pytest.mark.parametrize("over, message", [
+    (["fuzzy.min_length=5"], "with fuzzy.shingle auto it must be 0"),
+    (["substrings.enabled=true"], "substrings.unit must be word or char"),
+    (["run.backend=gpu"], "fuzzy.shingle auto runs on the CPU backend"),  # numba's CUDA simulator
+])
+def test_auto_shingles_refuse_what_they_cannot_do(tmp_path, over, message):
+    src = write_jsonl(tmp_path / "c.jsonl", [{"id": 1, "text": "a b c"}])
+    with pytest.raises(ConfigError, match=message):
+        gpucurate.run([str(src)], tmp_path / "o", overrides=Q + ["semantic.enabled=false", "fuzzy.shingle=auto",
+                                                                 *over])
 
 
 def test_unverified_mode_uses_minhash_estimates(tmp_path, demo_frame):

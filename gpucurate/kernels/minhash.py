@@ -18,8 +18,13 @@ import numpy as np
 from ..engine.threads import thread_map
 from .hashing import EXACT_SEED, M2, U64, band_seed, fmix64, fold, hash_bytes, load_le64, minhash_value
 from .jit import njit
+from .text import spaceless_texts
 
 WORD, CHAR = 0, 1
+#: word shingles, or character shingles for a text mostly in scripts without spaces (``text.spaceless_texts``)
+AUTO = 2
+#: ``fuzzy.shingle`` -> mode
+MODES = {"word": WORD, "char": CHAR, "auto": AUTO}
 EMPTY_SIG = np.uint32(0xFFFFFFFF)
 SPACES, LOW7 = U64(0x2020202020202020), U64(0x7F7F7F7F7F7F7F7F)
 BYTE_INDEX = U64(0x0001020304050607)  # (1 << 8k) * BYTE_INDEX has k in its top byte
@@ -253,7 +258,10 @@ def signatures(offsets: np.ndarray, data: np.ndarray, mode: int, k: int, seed: n
 
     Returns ``(sigs uint32[n, P], csr_offsets int64[n + 1], csr_values uint64[...])``; text ``d``'s
     distinct shingle hashes are ``csr_values[csr_offsets[d]:csr_offsets[d + 1]]`` (first-seen order).
+    Mode AUTO: each text in its own mode (``char_texts``).
     """
+    if mode == AUTO:
+        return _mixed_signatures(offsets, data, k, seed, perm_a, perm_b, batch_bytes, threads, rows)
     if rows is None:
         sizes_at = offsets  # cumulative bytes of the texts to sketch
     else:
@@ -305,6 +313,37 @@ def signatures(offsets: np.ndarray, data: np.ndarray, mode: int, k: int, seed: n
         values[end:end + len(got)] = got
         end += len(got)
     values.resize(end, refcheck=False)  # shrunk in place (realloc): no copy, and no unused tail kept
+    return sigs, csr_offsets, values
+
+
+def char_texts(offsets: np.ndarray, data: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """bool[n] (or of ``rows``): the texts that mode AUTO shingles by characters (``text.spaceless_texts``)."""
+    flags = spaceless_texts(offsets, data)
+    return flags if rows is None else flags[rows]
+
+
+def _mixed_signatures(offsets, data, k, seed, perm_a, perm_b, batch_bytes, threads, rows):
+    """``signatures`` with each text in its own mode: the word texts and the character texts each sketched
+    as ``rows``, their sets then put back in the texts' order."""
+    chosen = np.arange(len(offsets) - 1, dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
+    char = char_texts(offsets, data, chosen)
+    if char.all() or not char.any():  # one script kind (most partitions): no sets to put back in order
+        return signatures(offsets, data, CHAR if len(char) and char[0] else WORD, k, seed, perm_a, perm_b,
+                          batch_bytes, threads, rows)
+    parts = [signatures(offsets, data, m, k, seed, perm_a, perm_b, batch_bytes, threads, chosen[sel])
+             for m, sel in ((WORD, ~char), (CHAR, char))]
+    sigs = np.empty((len(chosen), len(perm_a)), np.uint32)
+    sigs[~char], sigs[char] = parts[0][0], parts[1][0]
+    # both CSRs as one (the word texts' sets, then the character texts'), taken in the texts' order
+    both_offsets = np.concatenate([parts[0][1], parts[1][1][1:] + parts[0][1][-1]])
+    both_values = np.concatenate([parts[0][2], parts[1][2]])
+    at = np.empty(len(chosen), np.int64)
+    at[~char] = np.arange(int((~char).sum()))
+    at[char] = np.arange(int(char.sum())) + int((~char).sum())
+    csr_offsets = np.zeros(len(chosen) + 1, np.int64)
+    np.cumsum(np.diff(both_offsets)[at], out=csr_offsets[1:])
+    values = np.empty(len(both_values), np.uint64)
+    take_sets_into(both_offsets, both_values, at, values, 0)
     return sigs, csr_offsets, values
 
 

@@ -173,6 +173,49 @@ def word_and_char_counts(offsets, data):
     return words, chars
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _spaceless(cp):
+    """Whether code point ``cp`` is a letter of a script written without spaces between words: Thai, Lao,
+    Tibetan, Myanmar, Khmer, kana, CJK ideographs (Hangul is written with spaces)."""
+    return (0x0E00 <= cp <= 0x0FFF or 0x1000 <= cp <= 0x109F or 0x1780 <= cp <= 0x17FF
+            or 0x3040 <= cp <= 0x30FF or 0x31F0 <= cp <= 0x31FF or 0x3400 <= cp <= 0x4DBF
+            or 0x4E00 <= cp <= 0x9FFF or 0xF900 <= cp <= 0xFAFF or 0xFF66 <= cp <= 0xFF9F
+            or 0x20000 <= cp <= 0x3FFFF)
+
+
+@njit(nogil=True, cache=True, aot=("i8[:], u1[:]",))
+def spaceless_texts(offsets, data):
+    """bool[n]: most of text ``d``'s letters are of scripts written without spaces (``_spaceless``), against
+    the others: ASCII letters and the other code points past U+007F, but for general and CJK punctuation
+    (U+2000-U+206F, U+3000-U+303F) and the full-width forms' punctuation and digits. Digits, ASCII
+    punctuation and whitespace count for neither. ``fuzzy.shingle: auto`` gives such texts character
+    shingles."""
+    n = offsets.shape[0] - 1
+    out = np.zeros(n, dtype=np.bool_)
+    for d in range(n):
+        spaceless = 0
+        other = 0
+        i, end = offsets[d], offsets[d + 1]
+        while i < end:
+            c = np.int64(data[i])
+            if c < 0x80:
+                other += (65 <= c <= 90) | (97 <= c <= 122)
+                i += 1
+                continue
+            width = 2 if c < 0xE0 else 3 if c < 0xF0 else 4
+            cp = c & (0x1F if width == 2 else 0x0F if width == 3 else 0x07)
+            for t in range(1, min(width, end - i)):
+                cp = (cp << 6) | (np.int64(data[i + t]) & 0x3F)
+            if _spaceless(cp):
+                spaceless += 1
+            elif not (0x2000 <= cp <= 0x206F or 0x3000 <= cp <= 0x303F or 0xFF00 <= cp <= 0xFF20
+                      or 0xFF3B <= cp <= 0xFF40 or 0xFF5B <= cp <= 0xFF65):
+                other += 1
+            i += width
+        out[d] = spaceless > other
+    return out
+
+
 @njit(nogil=True, cache=True, aot=("u1[:], i8, i8",))
 def space_width(data, i, end):
     """Bytes of the whitespace character at ``i`` (before ``end``), else 0. Whitespace is

@@ -75,12 +75,12 @@ def check_labels(labels: np.ndarray, source: str | None = None) -> None:
 
 def _shingle_sets(texts: list[str], cfg: Config):
     from ..kernels.hashing import permutations
-    from ..kernels.minhash import CHAR, WORD, signatures
+    from ..kernels.minhash import MODES, signatures
     from ..stages.normalize import arrow_buffers, normalize
     offsets, data = arrow_buffers(normalize(pa.array(texts, pa.large_string()), cfg.normalize))
     a, b = permutations(cfg.fuzzy.num_perm, cfg.fuzzy.seed)
-    mode = WORD if cfg.fuzzy.shingle == "word" else CHAR
-    return signatures(offsets, data, mode, cfg.fuzzy.ngram, np.uint64(cfg.fuzzy.seed & ((1 << 64) - 1)), a, b)
+    seed = np.uint64(cfg.fuzzy.seed & ((1 << 64) - 1))
+    return signatures(offsets, data, MODES[cfg.fuzzy.shingle], cfg.fuzzy.ngram, seed, a, b)
 
 
 def similarities(a: list[str], b: list[str], method: str, cfg: Config) -> np.ndarray:

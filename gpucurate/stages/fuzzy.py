@@ -18,11 +18,12 @@ import numpy as np
 import pandas as pd
 
 from ..engine.backend import Backend
+from ..errors import ConfigError
 from ..config import FuzzyConfig
 from ..engine.executor import Executor
 from ..engine.partitions import Partitions
 from ..kernels.hashing import permutations
-from ..kernels.minhash import CHAR, WORD
+from ..kernels.minhash import MODES
 from ..kernels.pairs import index_of, pack_pairs
 from .sketches import (FuzzyParams, Sketches, concat_csr, gather_sketches, optimal_bands_rows, remove_hashes,
                        signature_partition)
@@ -62,6 +63,9 @@ class FuzzyDedup:
 
     def __init__(self, cfg: FuzzyConfig, policy: str, backend: Backend):
         self.cfg, self.policy, self.backend = cfg, policy, backend
+        if cfg.shingle == "auto" and backend is not None and backend.name != "cpu":
+            raise ConfigError("fuzzy.shingle auto runs on the CPU backend (the device's text pass shingles every "
+                              "text one way): set run.backend=cpu, or fuzzy.shingle word or char")
         if cfg.method == "simhash":  # k + 1 runs of bits: within distance k, two SimHashes share one
             self.bands = cfg.simhash_max_distance + 1
             self.rows_per_band = 64 // self.bands
@@ -76,7 +80,7 @@ class FuzzyDedup:
 
     def params(self) -> FuzzyParams:
         a, b = permutations(self.cfg.num_perm, self.cfg.seed)
-        return FuzzyParams(WORD if self.cfg.shingle == "word" else CHAR, self.cfg.ngram,
+        return FuzzyParams(MODES[self.cfg.shingle], self.cfg.ngram,
                            np.uint64(self.cfg.seed & ((1 << 64) - 1)), a, b, self.bands, self.rows_per_band,
                            keep_signatures=not self.cfg.verify, minhash_bands=self.cfg.method == "minhash")
 
