@@ -43,7 +43,7 @@ def assert_same_as_full_run(state_dir, full_dir):
 
 
 @pytest.mark.parametrize("extra", [{}, {"fuzzy.method": "simhash", "fuzzy.simhash_max_distance": 6},
-                                   {"fuzzy.threshold": 0.5, "input.partition_rows": 97}])
+                                   {"fuzzy.threshold": 0.5, "input.partition_rows": 97}, {"fuzzy.shingle": "auto"}])
 def test_batches_give_the_clusters_of_one_run(tmp_path, batches, extra):
     overrides = {**Q, **extra}
     run(batches, tmp_path / "full", overrides=overrides)
